@@ -1,0 +1,133 @@
+/*===- lazymlir_runtime.h - C API of the lazymlir CUDA runtime ------------===*
+ *
+ * The thin CUDA runtime that executes code compiled by lazymlir. It loads the
+ * CUDA driver (libcuda.so.1) with dlopen at run time, so neither building nor
+ * importing it needs the CUDA toolkit; a fake driver (host memory, recorded
+ * launches, failure injection) stands in for it in tests.
+ *
+ * Conventions: handles are opaque pointers; every function returns 0 on
+ * success and nonzero on failure, with a message in lzrt_last_error() (per
+ * thread). Device pointers are uint64_t (CUdeviceptr). All work of a runtime
+ * runs in order on its one stream.
+ *
+ *===----------------------------------------------------------------------===*/
+
+#ifndef LAZYMLIR_RUNTIME_H
+#define LAZYMLIR_RUNTIME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define LZRT_API __attribute__((visibility("default")))
+#else
+#define LZRT_API
+#endif
+
+typedef struct lzrt_runtime lzrt_runtime;
+typedef struct lzrt_module lzrt_module;
+typedef struct lzrt_plan lzrt_plan;
+typedef struct lzrt_event lzrt_event;
+
+typedef struct lzrt_device_info {
+  char name[256];
+  int ordinal;
+  int device_count;
+  int cc_major;
+  int cc_minor;
+  int multiprocessor_count;
+  int fake; /* 1 when running on the fake driver */
+} lzrt_device_info;
+
+typedef struct lzrt_allocator_stats {
+  uint64_t bytes_in_use;   /* rounded sizes of live blocks */
+  uint64_t bytes_cached;   /* freed blocks kept for reuse */
+  uint64_t driver_allocs;  /* successful cuMemAlloc calls */
+  uint64_t driver_frees;   /* cuMemFree calls (empty_cache, OOM release) */
+  uint64_t cache_hits;
+  uint64_t cache_misses;
+  uint64_t oom_retries;    /* times the cache was released after an OOM */
+} lzrt_allocator_stats;
+
+typedef struct lzrt_plan_info {
+  int num_buffers;
+  int num_args;     /* 1 + highest argument index bound by `arg` */
+  int num_modules;  /* 1 + highest module index used by `launch` */
+  int num_launches;
+  int num_ops;
+} lzrt_plan_info;
+
+/* Errors. The returned string stays valid until the next failing call on
+ * the same thread. */
+LZRT_API const char *lzrt_last_error(void);
+
+/* Runtime: fake != 0 installs the fake driver instead of libcuda.so.1. */
+LZRT_API int lzrt_runtime_create(int fake, int ordinal, lzrt_runtime **out);
+LZRT_API int lzrt_runtime_destroy(lzrt_runtime *rt);
+LZRT_API int lzrt_device_count(int *count); /* real driver only */
+LZRT_API int lzrt_device_info_get(lzrt_runtime *rt, lzrt_device_info *info);
+LZRT_API int lzrt_synchronize(lzrt_runtime *rt);
+
+/* Memory, through the caching allocator. */
+LZRT_API int lzrt_malloc(lzrt_runtime *rt, size_t nbytes, uint64_t *ptr);
+LZRT_API int lzrt_free(lzrt_runtime *rt, uint64_t ptr);
+LZRT_API int lzrt_memcpy_htod(lzrt_runtime *rt, uint64_t dst, const void *src,
+                              size_t nbytes);
+/* Synchronizes the stream so that `dst` holds the data on return. */
+LZRT_API int lzrt_memcpy_dtoh(lzrt_runtime *rt, void *dst, uint64_t src,
+                              size_t nbytes);
+LZRT_API int lzrt_memcpy_dtod(lzrt_runtime *rt, uint64_t dst, uint64_t src,
+                              size_t nbytes);
+LZRT_API int lzrt_memset(lzrt_runtime *rt, uint64_t dst, int byte,
+                         size_t nbytes);
+LZRT_API int lzrt_allocator_stats_get(lzrt_runtime *rt,
+                                      lzrt_allocator_stats *stats);
+LZRT_API int lzrt_empty_cache(lzrt_runtime *rt);
+
+/* Modules: cubin or PTX bytes (PTX is JIT-compiled by the driver). */
+LZRT_API int lzrt_module_load(lzrt_runtime *rt, const void *image,
+                              size_t nbytes, lzrt_module **out);
+LZRT_API int lzrt_module_unload(lzrt_module *mod);
+
+/* Launch plans (text format: docs/cuda_runtime.md). */
+LZRT_API int lzrt_plan_parse(const char *text, lzrt_plan **out);
+LZRT_API int lzrt_plan_destroy(lzrt_plan *plan);
+LZRT_API int lzrt_plan_info_get(const lzrt_plan *plan, lzrt_plan_info *info);
+LZRT_API int lzrt_plan_run(lzrt_runtime *rt, lzrt_plan *plan,
+                           lzrt_module *const *modules, size_t num_modules,
+                           const uint64_t *args, size_t num_args);
+
+/* Events, recorded on the runtime's stream. */
+LZRT_API int lzrt_event_create(lzrt_runtime *rt, lzrt_event **out);
+LZRT_API int lzrt_event_record(lzrt_event *ev);
+/* Waits for `end`, then stores the milliseconds between the two records. */
+LZRT_API int lzrt_event_elapsed_ms(lzrt_event *start, lzrt_event *end,
+                                   float *ms);
+LZRT_API int lzrt_event_destroy(lzrt_event *ev);
+
+/* Fake driver controls (process-wide state shared by all fake runtimes). */
+/* Clears the launch log, call counters, failure injection, memory limit. */
+LZRT_API int lzrt_fake_reset(void);
+/* Makes the nth (1-based) next call of `call` (NULL: of any entry point)
+ * return `error` (a CUresult). */
+LZRT_API int lzrt_fake_fail_call(const char *call, int nth, int error);
+/* cuMemAlloc fails with CUDA_ERROR_OUT_OF_MEMORY beyond this many live
+ * bytes; 0 means unlimited. */
+LZRT_API int lzrt_fake_set_memory_limit(uint64_t bytes);
+/* One launch per line: `<kernel> grid=x,y,z block=x,y,z shared=n args=...`
+ * with args `<ptx type>:<value>` (integers decimal, floats as hex bits).
+ * Copies at most cap bytes (NUL-terminated when room) and sets *len to the
+ * full length. */
+LZRT_API int lzrt_fake_launch_log(char *buf, size_t cap, size_t *len);
+LZRT_API int lzrt_fake_call_count(const char *call, uint64_t *count);
+LZRT_API int lzrt_fake_memory(uint64_t *live_allocs, uint64_t *live_bytes);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LAZYMLIR_RUNTIME_H */

@@ -1,0 +1,55 @@
+//===- Allocator.h - Caching device memory allocator ----------------------===//
+//
+// Device allocations are slow (cuMemAlloc/cuMemFree synchronize the device),
+// and compiled graphs allocate the same sizes over and over. The allocator
+// rounds requests to size classes and keeps freed blocks in per-class free
+// lists for reuse; the driver is asked only on a miss. All users of a
+// runtime enqueue work on its single stream, so a block freed after enqueued
+// work may be handed out again at once: the stream orders the reuse.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LAZYMLIR_CUDA_RUNTIME_ALLOCATOR_H
+#define LAZYMLIR_CUDA_RUNTIME_ALLOCATOR_H
+
+#include "Driver.h"
+#include "lazymlir_runtime.h"
+
+#include <map>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+namespace lzrt {
+
+class CachingAllocator {
+public:
+  explicit CachingAllocator(const DriverApi &api) : api(api) {}
+  ~CachingAllocator();
+  CachingAllocator(const CachingAllocator &) = delete;
+  CachingAllocator &operator=(const CachingAllocator &) = delete;
+
+  /// Size class of a request: 512-byte steps up to 1 MiB, 2 MiB steps above
+  /// (large buffers are few, so the coarse steps waste little but make
+  /// slightly different sizes share blocks).
+  static size_t roundSize(size_t nbytes);
+
+  CUdeviceptr allocate(size_t nbytes);
+  void deallocate(CUdeviceptr ptr);
+  /// Returns every cached block to the driver.
+  void emptyCache();
+  lzrt_allocator_stats stats() const;
+
+private:
+  void releaseCachedLocked();
+
+  const DriverApi &api;
+  mutable std::mutex mutex;
+  std::unordered_map<CUdeviceptr, size_t> live;          // ptr -> class size
+  std::map<size_t, std::vector<CUdeviceptr>> freeLists;  // class -> blocks
+  lzrt_allocator_stats counters{};
+};
+
+} // namespace lzrt
+
+#endif // LAZYMLIR_CUDA_RUNTIME_ALLOCATOR_H
