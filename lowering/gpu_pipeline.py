@@ -1,0 +1,468 @@
+"""CUDA lowering: `bufferized` -> `gpu` -> `nvvm` -> `ptx` / `cubin`.
+
+Plain functions over upstream `mlir.ir.Module` objects (the `xtc-mlir-python-bindings`
+build of LLVM 22, which has the NVPTX target); the stage registry calls them.
+
+Route (chosen because every step exists as a registered pass or a small Python rewrite
+in this LLVM 22 build, and it yields correct PTX for every sample graph):
+
+1. `linalg-generalize-named-ops`: matmul/fill/transpose become `linalg.generic`, so the
+   Python rewrites below only ever see one op kind.
+2. Python: iteration dims of every generic are permuted so that parallel dims come first.
+   `convert-linalg-to-parallel-loops` only puts the *outermost* run of parallel dims in an
+   `scf.parallel`; a reduction dim in front would leave a host-side `scf.for` around it.
+3. Python: reductions whose parallel extent is small (full reductions above all) are split:
+   `scf.parallel` over (kept dims, chunk), each thread folds one chunk serially in a
+   register, then combines it into the output with one `memref.atomic_rmw` (two-level
+   scheme: no identity element is needed, the output was initialised by the preceding
+   fill). Other reductions stay parallel over the kept dims, serial over the reduced ones.
+4. `convert-linalg-to-parallel-loops`.
+5. Python: each top-level `scf.parallel` is linearised into one 2-d loop
+   (block, thread) with an explicit `gpu.loop_dim_map` mapping (block_x, thread_x) and a
+   bound guard. One linear index with the innermost dim fastest gives coalesced accesses
+   and a block size chosen per loop (`min(block_size, N)`), which neither the global
+   `scf-parallel-loop-tiling` sizes nor `gpu-map-parallel-loops` (dim 0 -> x) offer.
+6. `convert-parallel-loops-to-gpu`, `gpu-kernel-outlining` (see `GPU_PIPELINE`).
+
+Shared memory is not used: matmul is one thread per output element, tiled into blocks
+of `block_size` consecutive outputs (row-major), which keeps B-matrix loads coalesced.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+from dataclasses import dataclass
+
+from mlir import ir, passmanager
+from mlir.dialects import arith, gpu, scf
+
+from .gpu_reductions import split_reductions
+
+
+@dataclass
+class GpuOptions:
+    """Knobs of the CUDA lowering. `options` arguments may also be a dict or None."""
+
+    chip: str = "sm_90"
+    block_size: int = 256
+    # PTX ISA feature; empty = the minimum the chip needs (LLVM's default for NVVM).
+    features: str = ""
+    # Reduction split: chunk folded serially by one thread before the atomic combine.
+    reduction_chunk: int = 64
+    # Split a reduction when fewer than this many outputs would be computed in parallel.
+    split_below: int = 4096
+    opt_level: int = 3
+    libdevice: str | None = None
+
+
+def _opts(options) -> GpuOptions:
+    if options is None:
+        return GpuOptions()
+    if isinstance(options, GpuOptions):
+        return options
+    known = GpuOptions.__dataclass_fields__
+    return GpuOptions(**{k: v for k, v in dict(options).items() if k in known})
+
+
+# Tensor-level prologue the registry runs on linalg-on-tensors before bufferization, so
+# that elementwise/broadcast chains become one generic (hence one kernel).
+LINALG_FUSION_PIPELINE = (
+    "builtin.module(func.func("
+    # Fuse producer/consumer elementwise generics (incl. broadcasts) into one generic.
+    "linalg-fuse-elementwise-ops,"
+    # Drop the now-dead producers and fold the constants they captured.
+    "canonicalize, cse))"
+)
+
+PRE_LOOPS_PIPELINE = (
+    "builtin.module(func.func("
+    # matmul/fill/transpose -> linalg.generic: one op kind for the Python rewrites.
+    "linalg-generalize-named-ops))"
+)
+
+LOOPS_PIPELINE = (
+    "builtin.module(func.func("
+    # Parallel iterators -> scf.parallel, reduction iterators -> scf.for inside it.
+    # No canonicalize here: it would inline the one-iteration scf.parallel wrappers.
+    "convert-linalg-to-parallel-loops))"
+)
+
+GPU_PIPELINE = (
+    "builtin.module("
+    # Mapped scf.parallel -> gpu.launch (grid/block from the mapped loop bounds).
+    "func.func(convert-parallel-loops-to-gpu),"
+    # Affine index arithmetic (mapping maps, reduction index maps) -> arith.
+    "lower-affine,"
+    # Clone constants/index math used by a launch body into it, so that outlining does
+    # not turn them into kernel arguments (the body then folds them).
+    "gpu-launch-sink-index-computations,"
+    # gpu.launch -> gpu.module + gpu.func, host keeps gpu.launch_func; constants are sunk
+    # into the kernels so kernel arguments are buffers (and rare scalars) only.
+    "gpu-kernel-outlining,"
+    # Tidy both sides: the host must be left with allocs, launches, copies only.
+    "canonicalize, cse)"
+)
+
+# Stage `nvvm`: the host function is untouched (the launch plan is read from it); only the
+# kernels are lowered. `{target}` is filled with the nvvm-attach-target options.
+NVVM_PIPELINE = (
+    "builtin.module("
+    # nvvm.target on every gpu.module: chip, PTX features, libdevice for math calls.
+    "nvvm-attach-target{{{target}}},"
+    "gpu.module("
+    # Kernels contain scf.for/scf.if (reductions, bound guards): -> cf branches.
+    "convert-scf-to-cf,"
+    # gpu/arith/math/memref/cf -> NVVM + LLVM; bare pointers: kernels take T* arguments.
+    "convert-gpu-to-nvvm{{use-bare-ptr-memref-call-conv=1}},"
+    # Drop casts left between the partial conversions.
+    "reconcile-unrealized-casts,"
+    "canonicalize, cse))"
+)
+
+# Stages `ptx`/`cubin`: serialise every gpu.module; `isa` = PTX text, `bin` = ptxas cubin.
+BINARY_PIPELINE = "builtin.module(gpu-module-to-binary{{format={fmt}}})"
+
+# Host-side ops the launch plan can express; anything else left on the host is an error.
+HOST_OK = {
+    "arith.constant",
+    "memref.alloc",
+    "memref.dealloc",
+    "memref.copy",
+    "memref.expand_shape",
+    "memref.collapse_shape",
+    "memref.subview",
+    "memref.reinterpret_cast",
+    "gpu.launch_func",
+    "func.return",
+}
+# Pure scalar arithmetic is tolerated: launch_plan folds it when it feeds launches.
+HOST_ARITH_OK = ("arith.",)
+
+
+class GpuLoweringError(RuntimeError):
+    """The graph cannot be lowered for CUDA (message names the offending op)."""
+
+
+def _run(module: ir.Module, pipeline: str) -> None:
+    passmanager.PassManager.parse(pipeline, module.context).run(module.operation)
+
+
+def _funcs(module: ir.Module):
+    return [op for op in module.body.operations if op.operation.name == "func.func"]
+
+
+def host_func(module: ir.Module):
+    """The single public `func.func` (the graph entry) of a lowered module."""
+    funcs = [
+        f
+        for f in _funcs(module)
+        if "sym_visibility" not in f.attributes
+        or ir.StringAttr(f.attributes["sym_visibility"]).value == "public"
+    ]
+    if len(funcs) != 1:
+        raise GpuLoweringError(f"expected one public func.func, found {len(funcs)}")
+    return funcs[0]
+
+
+def gpu_modules(module: ir.Module):
+    """gpu.module ops in body order: the `module_index` used by the launch plan."""
+    return [op for op in module.body.operations if op.operation.name == "gpu.module"]
+
+
+def check_host(module: ir.Module) -> None:
+    """Raise if anything but allocs/views/copies/launches/scalar math is left on the host."""
+    for op in host_func(module).regions[0].blocks[0].operations:
+        name = op.operation.name
+        if name in HOST_OK or (name.startswith(HOST_ARITH_OK) and not op.operation.regions):
+            continue
+        raise GpuLoweringError(
+            f"op '{name}' is left in the host function after GPU lowering; the host may "
+            f"only allocate, launch kernels, copy and free (op: {str(op)[:200]})"
+        )
+
+
+# --------------------------------------------------------------------------------------
+# Step 2: parallel dims first.
+
+
+def _interchange_parallel_first(module: ir.Module) -> None:
+    for op in _walk(module, "linalg.generic"):
+        iters = [str(ir.Attribute(a)) for a in ir.ArrayAttr(op.attributes["iterator_types"])]
+        par = [i for i, t in enumerate(iters) if "parallel" in t]
+        red = [i for i, t in enumerate(iters) if "parallel" not in t]
+        perm = par + red  # new dim k is old dim perm[k]
+        if perm == list(range(len(iters))):
+            continue
+        n = len(perm)
+        newpos = {old: new for new, old in enumerate(perm)}
+        sub = ir.AffineMap.get(n, 0, [ir.AffineDimExpr.get(newpos[i]) for i in range(n)])
+        maps = []
+        for m in ir.ArrayAttr(op.attributes["indexing_maps"]):
+            amap = ir.AffineMapAttr(m).value
+            maps.append(
+                ir.AffineMapAttr.get(
+                    ir.AffineMap.get(n, 0, [e.compose(sub) for e in amap.results])
+                )
+            )
+        op.attributes["indexing_maps"] = ir.ArrayAttr.get(maps)
+        op.attributes["iterator_types"] = ir.ArrayAttr.get(
+            [ir.Attribute.parse(iters[o]) for o in perm]
+        )
+        for inner in op.regions[0].blocks[0].operations:
+            if inner.operation.name == "linalg.index":
+                old = ir.IntegerAttr(inner.attributes["dim"]).value
+                inner.attributes["dim"] = ir.IntegerAttr.get(
+                    ir.IntegerType.get_signless(64), newpos[old]
+                )
+
+
+def _walk(module: ir.Module, name: str):
+    found = []
+
+    def cb(op):
+        if op.name == name:
+            found.append(op.opview)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(cb)
+    return found
+
+
+# --------------------------------------------------------------------------------------
+# Step 5: linearise + map every top-level scf.parallel to (block_x, thread_x).
+
+
+def _const_index(v: ir.Value) -> int | None:
+    owner = v.owner
+    owner = getattr(owner, "operation", owner)
+    if isinstance(owner, ir.Operation) and owner.name == "arith.constant":
+        return ir.IntegerAttr(owner.attributes["value"]).value
+    return None
+
+
+def _cidx(n: int) -> ir.Value:
+    return arith.ConstantOp(ir.IndexType.get(), n).result
+
+
+def _mapping(proc: str) -> ir.Attribute:
+    return ir.Attribute.parse(
+        f"#gpu.loop_dim_map<processor = {proc}, map = (d0) -> (d0), bound = (d0) -> (d0)>"
+    )
+
+
+def _map_parallel_loop(loop, block_size: int) -> None:
+    """Replace `scf.parallel (i..) = (0..) to (e..)` by a mapped (block, thread) loop."""
+    extents = []
+    for lb, ub, st in zip(loop.lowerBound, loop.upperBound, loop.step):
+        lbv, ubv, stv = _const_index(lb), _const_index(ub), _const_index(st)
+        if None in (lbv, ubv, stv):
+            raise GpuLoweringError(f"scf.parallel with non-constant bounds: {loop}")
+        extents.append((lbv, stv, max(0, -(-(ubv - lbv) // stv))))
+    total = math.prod(e[2] for e in extents)
+    bsz = max(1, min(block_size, total))
+    grid = max(1, -(-total // bsz))
+    index = ir.IndexType.get()
+    with ir.InsertionPoint(loop), loop.location:
+        zero, one = _cidx(0), _cidx(1)
+        new = scf.ParallelOp([], [zero, zero], [_cidx(grid), _cidx(bsz)], [one, one], [])
+        new.attributes["mapping"] = ir.ArrayAttr.get(
+            [_mapping("block_x"), _mapping("thread_x")]
+        )
+        body = new.regions[0].blocks.append(index, index)
+    with ir.InsertionPoint(body), loop.location:
+        lin = arith.MulIOp(body.arguments[0], _cidx(bsz)).result
+        lin = arith.AddIOp(lin, body.arguments[1]).result
+        if grid * bsz != total:
+            inb = arith.CmpIOp(arith.CmpIPredicate.ult, lin, _cidx(total))
+            guard = scf.IfOp(inb.result)
+            inner = guard.then_block
+            with ir.InsertionPoint(inner):
+                scf.YieldOp([])
+            anchor = inner.operations[0]
+        else:
+            anchor = None
+        scf.ReduceOp([], 0)
+    ip = ir.InsertionPoint(anchor) if anchor is not None else ir.InsertionPoint(body.operations[-1])
+    with ip, loop.location:
+        # Innermost dim varies fastest: consecutive threads touch consecutive elements.
+        ivs, rest = [], lin
+        for i, (lbv, stv, ext) in reversed(list(enumerate(extents))):
+            if i == 0:
+                q = rest
+            else:
+                q = arith.RemUIOp(rest, _cidx(ext)).result
+                rest = arith.DivUIOp(rest, _cidx(ext)).result
+            if stv != 1:
+                q = arith.MulIOp(q, _cidx(stv)).result
+            if lbv != 0:
+                q = arith.AddIOp(q, _cidx(lbv)).result
+            ivs.append(q)
+        ivs.reverse()
+    old_body = loop.regions[0].blocks[0]
+    for old_iv, iv in zip(old_body.arguments, ivs):
+        old_iv.replace_all_uses_with(iv)
+    target = anchor if anchor is not None else body.operations[len(body.operations) - 1]
+    for op in list(old_body.operations)[:-1]:  # all but the scf.reduce terminator
+        op.move_before(target)
+    loop.operation.erase()
+
+
+def _wrap_serial_generics(module: ir.Module) -> None:
+    """A generic with no parallel dim (rank-0 fill, an unsplittable full reduction) lowers
+    to bare loads/stores or a serial scf.for: wrap it in a one-iteration scf.parallel so it
+    becomes a (single-thread) kernel instead of host code touching device memory."""
+    for op in _walk(module, "linalg.generic"):
+        iters = [str(a) for a in ir.ArrayAttr(op.attributes["iterator_types"])]
+        if any("parallel" in t for t in iters):
+            continue
+        with ir.InsertionPoint(op), op.location:
+            zero, one = _cidx(0), _cidx(1)
+            new = scf.ParallelOp([], [zero], [one], [one], [])
+            body = new.regions[0].blocks.append(ir.IndexType.get())
+            with ir.InsertionPoint(body):
+                scf.ReduceOp([], 0)
+        op.operation.move_before(body.operations[0])
+
+
+def _inside(op: ir.Operation, ancestor: ir.Operation) -> bool:
+    while op is not None:
+        if op == ancestor:
+            return True
+        op = op.parent
+    return False
+
+
+def _sink_globals(loop) -> None:
+    """Constant tensors bufferize to memref.get_global on the host. The plan has no way to
+    upload data, so the kernel reads the global itself: clone the get_global into the loop
+    (the future kernel); `gpu-kernel-outlining` then copies the referenced memref.global
+    into the gpu.module, where it becomes a device-side constant."""
+    host_block = loop.operation.parent.regions[0].blocks[0]
+    body = loop.regions[0].blocks[0]
+    for g in list(host_block.operations):
+        if g.operation.name != "memref.get_global":
+            continue
+        res = g.results[0]
+        uses = [(u.owner, u.operand_number) for u in res.uses]
+        inner = [(o, n) for o, n in uses if _inside(o, loop.operation)]
+        if not inner:
+            continue
+        clone = g.operation.clone(ip=ir.InsertionPoint.at_block_begin(body))
+        for o, n in inner:
+            o.operands[n] = clone.results[0]
+        if len(inner) == len(uses):
+            g.operation.erase()
+
+
+def _map_host_loops(module: ir.Module, opts: GpuOptions) -> None:
+    host = host_func(module)
+    for op in list(host.regions[0].blocks[0].operations):
+        if op.operation.name == "scf.parallel":
+            _sink_globals(op)
+            _map_parallel_loop(op, opts.block_size)
+
+
+# --------------------------------------------------------------------------------------
+# Public stage functions.
+
+
+def linalg_fusion(module: ir.Module) -> ir.Module:
+    """Tensor-level elementwise fusion (run by the registry before bufferization)."""
+    _run(module, LINALG_FUSION_PIPELINE)
+    return module
+
+
+def to_gpu(module: ir.Module, options=None) -> ir.Module:
+    """`bufferized` -> `gpu`: kernels in outlined gpu.modules, host func with launch_func."""
+    opts = _opts(options)
+    with module.context, ir.Location.unknown(module.context):
+        host_func(module)
+        _run(module, PRE_LOOPS_PIPELINE)
+        _interchange_parallel_first(module)
+        split_reductions(module, opts.reduction_chunk, opts.split_below)
+        _wrap_serial_generics(module)
+        _run(module, LOOPS_PIPELINE)
+        _map_host_loops(module, opts)
+        _run(module, GPU_PIPELINE)
+        check_host(module)
+    return module
+
+
+def find_libdevice(explicit: str | None = None) -> str | None:
+    """libdevice.10.bc (math.exp & co. lower to __nv_* calls resolved from it)."""
+    cands = [explicit] if explicit else []
+    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if root:
+            cands.append(os.path.join(root, "nvvm", "libdevice", "libdevice.10.bc"))
+    exe = shutil.which("ptxas") or shutil.which("nvcc")
+    if exe:
+        root = os.path.dirname(os.path.dirname(os.path.realpath(exe)))
+        cands.append(os.path.join(root, "nvvm", "libdevice", "libdevice.10.bc"))
+    return next((c for c in cands if c and os.path.exists(c)), None)
+
+
+def _target_options(opts: GpuOptions) -> str:
+    parts = [f"chip={opts.chip}", f"O={opts.opt_level}"]
+    if opts.features:
+        parts.append(f"features={opts.features}")
+    lib = find_libdevice(opts.libdevice)
+    if lib:
+        parts.append(f"l={lib}")
+    return " ".join(parts)
+
+
+def to_nvvm(module: ir.Module, options=None) -> ir.Module:
+    """`gpu` -> `nvvm`: target attached, kernel bodies in NVVM/LLVM, bare-pointer args."""
+    opts = _opts(options)
+    with module.context:
+        _run(module, NVVM_PIPELINE.format(target=_target_options(opts)))
+    return module
+
+
+def _needs_libdevice(module: ir.Module) -> list[str]:
+    return sorted({
+        ir.StringAttr(f.attributes["sym_name"]).value
+        for f in _walk(module, "llvm.func")
+        if ir.StringAttr(f.attributes["sym_name"]).value.startswith("__nv_")
+    })
+
+
+def _serialize(module: ir.Module, fmt: str, opts: GpuOptions) -> dict:
+    with module.context:
+        if not gpu_modules(module) or not any(
+            o.operation.name == "llvm.func" for g in gpu_modules(module)
+            for o in g.regions[0].blocks[0].operations
+        ):
+            to_nvvm(module, opts)
+        missing = _needs_libdevice(module)
+        if missing and not find_libdevice(opts.libdevice):
+            raise GpuLoweringError(
+                f"kernels call {missing} but libdevice.10.bc was not found; set CUDA_HOME"
+            )
+        names = [ir.StringAttr(g.attributes["sym_name"]).value for g in gpu_modules(module)]
+        _run(module, BINARY_PIPELINE.format(fmt=fmt))
+        out = {}
+        for op in module.body.operations:
+            if op.operation.name != "gpu.binary":
+                continue
+            name = ir.StringAttr(op.attributes["sym_name"]).value
+            obj = gpu.ObjectAttr(ir.ArrayAttr(op.attributes["objects"])[0])
+            out[name] = obj.object
+        # Same order as the gpu.modules were (the plan's module_index).
+        return {n: out[n] for n in names}
+
+
+def to_ptx(module: ir.Module, options=None) -> dict[str, str]:
+    """gpu.module name -> PTX text, in module body order. Serialises `module` in place."""
+    objs = _serialize(module, "isa", _opts(options))
+    return {k: v.decode() if isinstance(v, bytes) else v for k, v in objs.items()}
+
+
+def to_cubin(module: ir.Module, options=None) -> dict[str, bytes]:
+    """gpu.module name -> cubin bytes (needs `ptxas` on PATH). Serialises in place."""
+    if shutil.which("ptxas") is None:
+        raise GpuLoweringError("to_cubin needs NVIDIA's `ptxas` on PATH (CUDA toolkit)")
+    objs = _serialize(module, "bin", _opts(options))
+    return {k: v if isinstance(v, bytes) else v.encode("latin-1") for k, v in objs.items()}

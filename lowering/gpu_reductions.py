@@ -1,0 +1,211 @@
+"""Two-level (chunk + atomic) rewrite of linalg reductions on memrefs, for the CUDA path.
+
+`convert-linalg-to-parallel-loops` keeps reduction dims as a serial `scf.for` inside the
+`scf.parallel` over the kept dims. That is fine when there are many kept elements, but a
+full reduction (`x.sum()`) would run on one thread. Here such a `linalg.generic`
+
+    out[P] = comb(out[P], f(ins[P, R]))      (P kept dims first, R reduction dims)
+
+becomes
+
+    scf.parallel (p.., k) over (P.., ceil(|R| / C)):
+        acc = f(ins[p, r0]); for r in chunk k (after r0): acc = comb(acc, f(ins[p, r]))
+        memref.atomic_rmw <comb> acc, out[p]
+
+Each thread starts from its chunk's first element, so no identity value is needed; the
+output's initial value (the preceding fill) is combined in by the atomics. Only generics
+with one output whose body yields `comb(out, e)` (e independent of out) with an atomic
+`comb` are rewritten; others keep the serial inner loop.
+"""
+
+from __future__ import annotations
+
+import math
+
+from mlir import ir
+from mlir.dialects import affine, arith, memref, scf
+
+# arith combiner -> memref.atomic_rmw kind (the NVVM lowering supports all of them; float
+# max/min become CAS loops in the NVPTX backend where no native atomic exists).
+ATOMIC_KINDS = {
+    "arith.addf": "addf",
+    "arith.addi": "addi",
+    "arith.mulf": "mulf",
+    "arith.muli": "muli",
+    "arith.maximumf": "maximumf",
+    "arith.minimumf": "minimumf",
+    "arith.maxnumf": "maxnumf",
+    "arith.minnumf": "minnumf",
+    "arith.maxsi": "maxs",
+    "arith.minsi": "mins",
+    "arith.maxui": "maxu",
+    "arith.minui": "minu",
+    "arith.ori": "ori",
+}
+
+
+def _walk(module, name):
+    found = []
+
+    def cb(op):
+        if op.name == name:
+            found.append(op.opview)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(cb)
+    return found
+
+
+def _cidx(n: int) -> ir.Value:
+    return arith.ConstantOp(ir.IndexType.get(), n).result
+
+
+def _match(op):
+    """Return (combiner op, value e, out block arg) if `op` is a splittable reduction."""
+    if len(op.outputs) != 1:
+        return None
+    block = op.regions[0].blocks[0]
+    out_arg = block.arguments[len(block.arguments) - 1]
+    yield_op = block.operations[len(block.operations) - 1]
+    if len(yield_op.operands) != 1:
+        return None
+    comb = yield_op.operands[0].owner
+    comb = getattr(comb, "operation", comb)
+    if not isinstance(comb, ir.Operation) or comb.name not in ATOMIC_KINDS:
+        return None
+    a, b = comb.operands[0], comb.operands[1]
+    if a == out_arg:
+        e = b
+    elif b == out_arg:
+        e = a
+    else:
+        return None
+    if e == out_arg:
+        return None
+    # The out value may feed nothing but the combiner.
+    uses = [u.owner for u in out_arg.uses]
+    if any(u != comb for u in uses):
+        return None
+    return comb, e, out_arg
+
+
+def _extents(op) -> list[int] | None:
+    """Loop extents of a generic on static memrefs (from the shapes via indexing maps)."""
+    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    n = maps[0].n_dims
+    ext = [None] * n
+    operands = list(op.inputs) + list(op.outputs)
+    for v, m in zip(operands, maps):
+        shape = ir.MemRefType(v.type).shape if isinstance(v.type, ir.MemRefType) else []
+        for size, expr in zip(shape, m.results):
+            if isinstance(expr, ir.AffineDimExpr):
+                ext[ir.AffineDimExpr(expr).position] = size
+    return None if any(e is None or e < 0 for e in ext) else ext
+
+
+def _body_values(op, ivs, skip, mapping):
+    """Load the inputs at `ivs` and clone the body (except `skip`); return the mapping."""
+    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    block = op.regions[0].blocks[0]
+    n = len(ivs)
+    for arg, v, m in zip(block.arguments, op.inputs, maps):
+        if not isinstance(v.type, ir.MemRefType):
+            mapping[arg] = v  # scalar input: used as is
+            continue
+        idx = [
+            affine.AffineApplyOp(ir.AffineMap.get(n, 0, [e]), ivs).result for e in m.results
+        ]
+        mapping[arg] = memref.LoadOp(v, idx).result
+    for inner in list(block.operations)[:-1]:
+        if inner == skip:
+            continue
+        if inner.name == "linalg.index":
+            dim = ir.IntegerAttr(inner.attributes["dim"]).value
+            mapping[inner.results[0]] = ivs[dim]
+            continue
+        clone = inner.clone()
+        for i, operand in enumerate(clone.operands):
+            if operand in mapping:
+                clone.operands[i] = mapping[operand]
+        for old, new in zip(inner.results, clone.results):
+            mapping[old] = new
+    return mapping
+
+
+def _rewrite(op, comb, e, chunk: int, extents: list[int], npar: int) -> None:
+    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    par_ext, red_ext = extents[:npar], extents[npar:]
+    total_r = math.prod(red_ext)
+    nchunks = -(-total_r // chunk)
+    kind = arith.AtomicRMWKind[ATOMIC_KINDS[comb.name]]
+    out = op.outputs[0]
+    index = ir.IndexType.get()
+    with ir.InsertionPoint(op), op.location:
+        zero, one = _cidx(0), _cidx(1)
+        ubs = [_cidx(x) for x in par_ext] + [_cidx(nchunks)]
+        loop = scf.ParallelOp([], [zero] * len(ubs), ubs, [one] * len(ubs), [])
+        body = loop.regions[0].blocks.append(*([index] * len(ubs)))
+    with ir.InsertionPoint(body), op.location:
+        pivs = list(body.arguments)[:npar]
+        start = arith.MulIOp(body.arguments[npar], _cidx(chunk)).result
+        end = arith.AddIOp(start, _cidx(chunk)).result
+        if total_r % chunk:
+            end = arith.MinUIOp(end, _cidx(total_r)).result
+
+        def ivs_at(r):
+            ivs, rest = [], r
+            for i, ext in reversed(list(enumerate(red_ext))):
+                if i == 0:
+                    ivs.append(rest)
+                else:
+                    ivs.append(arith.RemUIOp(rest, _cidx(ext)).result)
+                    rest = arith.DivUIOp(rest, _cidx(ext)).result
+            return pivs + ivs[::-1]
+
+        first = _body_values(op, ivs_at(start), comb, {})[e]
+        first_next = arith.AddIOp(start, one).result
+        loop_r = scf.ForOp(first_next, end, one, [first])
+        with ir.InsertionPoint(loop_r.body):
+            val = _body_values(op, ivs_at(loop_r.induction_variable), comb, {})[e]
+            acc = loop_r.inner_iter_args[0]
+            new = comb.clone()
+            new.operands[0], new.operands[1] = acc, val
+            scf.YieldOp([new.results[0]])
+        out_idx = [
+            affine.AffineApplyOp(ir.AffineMap.get(npar, 0, [x]), pivs).result
+            for x in _out_results(maps[-1], npar)
+        ]
+        memref.AtomicRMWOp(kind, loop_r.results[0], out, out_idx)
+        scf.ReduceOp([], 0)
+    op.operation.erase()
+
+
+def _out_results(out_map, npar):  # noqa: ARG001
+    """Output map restricted to the parallel dims (reduction dims never index the out)."""
+    return list(out_map.results)
+
+
+def split_reductions(module, chunk: int = 64, split_below: int = 4096) -> int:
+    """Rewrite the reductions worth splitting; return how many were rewritten.
+
+    Expects generics with parallel dims first (gpu_pipeline interchanges them)."""
+    count = 0
+    for op in _walk(module, "linalg.generic"):
+        iters = [str(a) for a in ir.ArrayAttr(op.attributes["iterator_types"])]
+        npar = sum("parallel" in t for t in iters)
+        if npar == len(iters):
+            continue
+        if any(not isinstance(v.type, ir.MemRefType) for v in op.outputs):
+            continue
+        extents = _extents(op)
+        matched = _match(op)
+        if extents is None or matched is None:
+            continue
+        kept, reduced = math.prod(extents[:npar]), math.prod(extents[npar:])
+        # Enough kept elements already fill the GPU; tiny reductions are not worth atomics.
+        if kept >= split_below or reduced < 2 * chunk:
+            continue
+        comb, e, _ = matched
+        _rewrite(op, comb, e, chunk, extents, npar)
+        count += 1
+    return count
