@@ -1,0 +1,131 @@
+"""Registers the `lazy_mlir` device: PrivateUse1 renamed, device module, guard, factories.
+
+PyTorch's `Lazy` dispatch key belongs to its TorchScript LTC backend (device
+`lazy`); a device of our own name can only be PrivateUse1. Factories return
+`torch._to_functional_tensor(inner)`, so every later op passes through
+PyTorch's functionalization before it reaches the tracer.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .lazy_tensor import LazyTensor, LazyValue, Node, meta_like
+
+NAME = "lazy_mlir"
+_registered = False
+_library = None
+
+
+class _DeviceModule:
+    """`torch.lazy_mlir`: what PyTorch and user code ask of a device module."""
+
+    @staticmethod
+    def is_available() -> bool:
+        return True
+
+    @staticmethod
+    def is_initialized() -> bool:
+        return True
+
+    @staticmethod
+    def device_count() -> int:
+        return 1
+
+    @staticmethod
+    def current_device() -> int:
+        return 0
+
+    @staticmethod
+    def synchronize(device=None) -> None:
+        """Run everything pending (like mark_step), then wait for the device."""
+        from .sync import mark_step
+
+        mark_step()
+
+    @staticmethod
+    def _is_in_bad_fork() -> bool:
+        return False
+
+    @staticmethod
+    def manual_seed_all(seed: int) -> None:
+        # Random ops run on the CPU generator (see fallback.py).
+        torch.manual_seed(seed)
+
+    @staticmethod
+    def get_rng_state(device=None):
+        return torch.get_rng_state()
+
+    @staticmethod
+    def set_rng_state(state, device=None) -> None:
+        torch.set_rng_state(state)
+
+
+class _Hooks(torch._C._acc.PrivateUse1Hooks):
+    def is_available(self) -> bool:
+        return True
+
+    def has_primary_context(self, device_index) -> bool:
+        return True
+
+    def is_built(self) -> bool:
+        return True
+
+
+class _Guard(torch._C._acc.DeviceGuard):
+    def type_(self):
+        return torch._C._autograd.DeviceType.PrivateUse1
+
+
+def _inside_functionalization() -> bool:
+    """True when a factory is called below functionalization (it wraps our result itself)."""
+    from . import tracer
+
+    excluded = torch._C._dispatch_tls_local_exclude_set()
+    return tracer.depth() > 0 or excluded.has(torch._C.DispatchKey.Functionalize)
+
+
+def _wrap(inner: LazyTensor) -> torch.Tensor:
+    return inner if _inside_functionalization() else torch._to_functional_tensor(inner)
+
+
+def _factory_node(op, args, kwargs, shape, dtype) -> LazyTensor:
+    meta = meta_like(shape, dtype)
+    return LazyTensor(LazyValue(meta, Node(op, args, kwargs, [meta]), 0))
+
+
+def _empty_memory_format(size, dtype=None, layout=None, device=None, pin_memory=None,
+                         memory_format=None):
+    dtype = dtype or torch.get_default_dtype()
+    inner = _factory_node(torch.ops.aten.empty.memory_format, (list(size),), {"dtype": dtype},
+                          size, dtype)
+    return _wrap(inner)
+
+
+def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
+    # Lazy values are dense; strides of the result are the contiguous ones.
+    return _empty_memory_format(size, dtype=dtype)
+
+
+def _arange_start_step(start, end, step=1, dtype=None, layout=None, device=None,
+                       pin_memory=None):
+    meta = torch.arange(start, end, step, dtype=dtype, device="meta")
+    inner = _factory_node(torch.ops.aten.arange.start_step, (start, end, step),
+                          {"dtype": meta.dtype}, meta.shape, meta.dtype)
+    return _wrap(inner)
+
+
+def register() -> None:
+    """Idempotent: rename PrivateUse1, install device module/hooks/guard and factory kernels."""
+    global _registered, _library
+    if _registered:
+        return
+    from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+
+    if torch._C._get_privateuse1_backend_name() != NAME:
+        _setup_privateuseone_for_python_backend(NAME, _DeviceModule(), _Hooks(), _Guard())
+    _library = torch.library.Library("aten", "IMPL")
+    _library.impl("empty.memory_format", _empty_memory_format, "PrivateUse1")
+    _library.impl("empty_strided", _empty_strided, "PrivateUse1")
+    _library.impl("arange.start_step", _arange_start_step, "PrivateUse1")
+    _registered = True

@@ -1,0 +1,1 @@
+"""Runtimes that execute compiled graphs: CPU (MLIR ExecutionEngine) and CUDA (C++)."""

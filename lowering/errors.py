@@ -1,0 +1,60 @@
+"""Errors raised by lowering stages.
+
+A failing stage never surfaces as a bare MLIR dump: it becomes a
+`LoweringError` naming the stage and, where the diagnostics say so, the op
+that failed; the input of the failing stage is written to a file and the
+message ends with the one-line `lazymlir-opt` command that reproduces it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+import time
+from pathlib import Path
+
+# Diagnostics name ops as 'torch.aten.foo' or "failed to legalize operation 'x.y'".
+_OP_PATTERNS = (
+    re.compile(r"failed to legalize operation '([\w.$]+)'"),
+    re.compile(r"unsupported by backend contract: module initializers"),
+    re.compile(r"'([a-z_]+\.[\w.]+)' op"),
+)
+
+
+class LoweringError(RuntimeError):
+    """A stage failed. Carries the stage, the failing op (if known) and a reproducer."""
+
+    def __init__(self, stage: str, target: str, detail: str, repro_file: str | None,
+                 op: str | None = None):
+        self.stage = stage
+        self.target = target
+        self.detail = detail.strip()
+        self.repro_file = repro_file
+        self.op = op if op is not None else failing_op(detail)
+        self.reproducer = (
+            f"lazymlir-opt --target={target} --stage={stage} {repro_file}" if repro_file else None
+        )
+        where = f" at op '{self.op}'" if self.op else ""
+        lines = [f"lowering stage '{stage}' failed{where} (target {target}):", self.detail]
+        if self.reproducer:
+            lines.append(f"reproduce with: {self.reproducer}")
+        super().__init__("\n".join(lines))
+
+
+def failing_op(diagnostics: str) -> str | None:
+    """The op a diagnostic blames, e.g. 'torch.aten.nonzero', or None."""
+    for pattern in _OP_PATTERNS:
+        match = pattern.search(diagnostics)
+        if match and match.groups():
+            return match.group(1)
+    return None
+
+
+def save_repro(stage: str, text: str, ext: str, directory: str | None = None) -> str:
+    """Write the input of a failing stage; returns the file path."""
+    base = Path(directory or os.environ.get("LAZYMLIR_REPRO_DIR") or tempfile.gettempdir())
+    base.mkdir(parents=True, exist_ok=True)
+    path = base / f"lazymlir-repro-{stage}-{os.getpid()}-{int(time.time() * 1000)}.{ext}"
+    path.write_text(text)
+    return str(path)

@@ -1,0 +1,149 @@
+"""The `fx` stage: a traced graph in a stable, serializable form.
+
+The tracer records functional ATen ops. Here they are kept as a plain JSON
+document (inputs with shape/dtype, nodes with op name, arguments and output
+metadata, outputs), because that one form serves three jobs: it is the input
+of the structural hash (stable across runs: no object ids), it is the file
+written to the dump folder and read back by `lazymlir-opt`, and it turns into
+a `torch.fx.GraphModule` whose nodes carry the fake-tensor metadata that
+torch-mlir's FX importer needs. We build the FX graph ourselves instead of
+calling `torch.export`, which took over a second for a small module.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import operator
+from typing import Any
+
+import torch
+import torch.fx
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+FORMAT = "lazymlir-fx"
+VERSION = 1
+
+_DTYPES = {str(d).removeprefix("torch."): d for d in (
+    torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.int16,
+    torch.int32, torch.int64, torch.uint8, torch.bool, torch.complex64, torch.complex128)}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def dtype_from_name(name: str) -> torch.dtype:
+    try:
+        return _DTYPES[name]
+    except KeyError:
+        raise ValueError(f"unknown dtype '{name}' in FX graph file") from None
+
+
+def encode_scalar(value: Any) -> Any:
+    """JSON form of a non-tensor op argument (refs are encoded by the caller)."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        # repr keeps every bit and spells inf/nan; JSON numbers cannot.
+        return {"float": repr(value)}
+    if isinstance(value, (list, tuple)):
+        return [encode_scalar(v) for v in value]
+    if isinstance(value, torch.dtype):
+        return {"dtype": dtype_name(value)}
+    if isinstance(value, torch.device):
+        return {"device": str(value)}
+    if isinstance(value, torch.memory_format):
+        return {"memory_format": str(value).removeprefix("torch.")}
+    if isinstance(value, torch.layout):
+        return {"layout": str(value).removeprefix("torch.")}
+    raise TypeError(f"cannot record argument of type {type(value).__name__}: {value!r}")
+
+
+def decode_scalar(value: Any) -> Any:
+    if isinstance(value, list):
+        return [decode_scalar(v) for v in value]
+    if isinstance(value, dict):
+        ((kind, payload),) = value.items()
+        if kind == "float":
+            return float(payload)
+        if kind == "dtype":
+            return dtype_from_name(payload)
+        if kind == "device":
+            return torch.device(payload)
+        if kind in ("memory_format", "layout"):
+            return getattr(torch, payload)
+        raise ValueError(f"unknown argument kind '{kind}' in FX graph file")
+    return value
+
+
+def resolve_op(name: str) -> torch._ops.OpOverload:
+    """'aten.add.Tensor' -> torch.ops.aten.add.Tensor."""
+    namespace, op, overload = name.split(".")
+    return getattr(getattr(getattr(torch.ops, namespace), op), overload)
+
+
+def structural_hash(graph: dict, target: str) -> str:
+    """Hash of ops, shapes, dtypes and scalar arguments (never tensor values) and target."""
+    canonical = json.dumps(graph, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(f"{target}\n{canonical}".encode()).hexdigest()[:16]
+
+
+def dumps(graph: dict) -> str:
+    return json.dumps(graph, indent=1)
+
+
+def loads(text: str) -> dict:
+    graph = json.loads(text)
+    if not isinstance(graph, dict) or graph.get("format") != FORMAT:
+        raise ValueError(f"not a lazymlir FX graph file (expected \"format\": \"{FORMAT}\")")
+    return graph
+
+
+def to_graph_module(graph: dict) -> torch.fx.GraphModule:
+    """Rebuild an FX GraphModule with FakeTensor `val` metadata on every node."""
+    fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+    fx = torch.fx.Graph()
+    inputs = []
+    with fake_mode:
+        def fake(meta: dict) -> torch.Tensor:
+            return torch.empty(meta["shape"], dtype=dtype_from_name(meta["dtype"]))
+
+        for i, meta in enumerate(graph["inputs"]):
+            node = fx.placeholder(f"arg{i}")
+            node.meta["val"] = fake(meta)
+            inputs.append(node)
+        results: list[list[torch.fx.Node]] = []
+
+        def arg(value: Any) -> Any:
+            if isinstance(value, dict) and "ref" in value:
+                kind, index, out = value["ref"]
+                return inputs[index] if kind == "input" else results[index][out]
+            if isinstance(value, list):
+                return [arg(v) for v in value]
+            return decode_scalar(value)
+
+        for node_desc in graph["nodes"]:
+            op = resolve_op(node_desc["op"])
+            args = tuple(arg(a) for a in node_desc["args"])
+            kwargs = {k: arg(v) for k, v in node_desc["kwargs"].items()}
+            call = fx.call_function(op, args, kwargs)
+            outs = [fake(m) for m in node_desc["outputs"]]
+            if len(op._schema.returns) == 1 and not _returns_list(op):
+                call.meta["val"] = outs[0]
+                results.append([call])
+            else:
+                call.meta["val"] = tuple(outs) if not _returns_list(op) else list(outs)
+                items = []
+                for k, out in enumerate(outs):
+                    item = fx.call_function(operator.getitem, (call, k))
+                    item.meta["val"] = out
+                    items.append(item)
+                results.append(items)
+        fx.output(tuple(arg(o) for o in graph["outputs"]))
+    return torch.fx.GraphModule(torch.nn.Module(), fx)
+
+
+def _returns_list(op: torch._ops.OpOverload) -> bool:
+    returns = op._schema.returns
+    return len(returns) == 1 and str(returns[0].type).startswith("List[")

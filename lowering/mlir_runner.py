@@ -1,0 +1,92 @@
+"""Parse MLIR text and run a pass pipeline in either MLIR build, keeping diagnostics.
+
+Two MLIR Python bindings live in one process: torch-mlir's (`torch_mlir.ir`,
+torch dialect, no NVPTX) and upstream's (`mlir.ir`, NVPTX). Their APIs are the
+same, so one helper serves both; stages hand modules over as text.
+"""
+
+from __future__ import annotations
+
+import importlib
+import io
+import sys
+from collections.abc import Callable
+
+
+class PipelineFailure(RuntimeError):
+    """A parse or pass failure, carrying the collected diagnostics text."""
+
+
+class Bindings:
+    """One of the two MLIR Python packages, imported on first use."""
+
+    def __init__(self, package: str, dialect_setup: Callable | None = None):
+        self.package = package
+        self.dialect_setup = dialect_setup
+
+    @property
+    def ir(self):
+        return importlib.import_module(f"{self.package}.ir")
+
+    @property
+    def passmanager(self):
+        return importlib.import_module(f"{self.package}.passmanager")
+
+    def context(self):
+        context = self.ir.Context()
+        if self.dialect_setup is not None:
+            self.dialect_setup(context)
+        return context
+
+
+def _register_torch_dialect(context) -> None:
+    from torch_mlir.dialects import torch as torch_d
+
+    torch_d.register_dialect(context)
+
+
+TORCH_MLIR = Bindings("torch_mlir", _register_torch_dialect)
+UPSTREAM = Bindings("mlir")
+
+
+def _format_diagnostic(diagnostic) -> str:
+    lines = [f"{diagnostic.location}: {diagnostic.message}"]
+    lines += [f"  note: {note.location}: {note.message}" for note in diagnostic.notes]
+    return "\n".join(lines)
+
+
+def run_pipeline(bindings: Bindings, text: str, pipeline: str | None,
+                 before: Callable | None = None, context=None):
+    """Parse `text` in a fresh context, optionally call `before(module)`, run `pipeline`.
+
+    Returns the module (its context stays alive through the module). Raises
+    PipelineFailure with every diagnostic the parser or the passes emitted.
+    """
+    context = context or bindings.context()
+    diagnostics: list[str] = []
+
+    def on_diagnostic(diagnostic):
+        diagnostics.append(_format_diagnostic(diagnostic))
+        return True
+
+    handler = context.attach_diagnostic_handler(on_diagnostic)
+    # Some passes print to stderr directly; keep it out of the user's terminal.
+    saved_stderr, sys.stderr = sys.stderr, io.StringIO()
+    try:
+        with context:
+            module = bindings.ir.Module.parse(text)
+            if before is not None:
+                before(module)
+            if pipeline:
+                bindings.passmanager.PassManager.parse(pipeline).run(module.operation)
+    except Exception as error:  # noqa: BLE001  MLIRError, ValueError: keep diagnostics
+        detail = "\n".join(diagnostics)
+        raise PipelineFailure(f"{detail}\n{error}".strip()) from None
+    finally:
+        sys.stderr = saved_stderr
+        handler.detach()
+    return module
+
+
+def print_module(module) -> str:
+    return module.operation.get_asm(enable_debug_info=False)

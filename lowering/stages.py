@@ -1,0 +1,185 @@
+"""The one ordered registry of lowering stages, per target.
+
+Each stage is named for the IR it produces and is a documented pass pipeline
+(see torch_stages, cpu_pipeline, gpu_pipeline) followed by a check of what its
+output may contain (contracts). The device compiler and `lazymlir-opt` both
+run stages through `run_stages`, so what a user reproduces on the command
+line is exactly what the compiler ran.
+
+    fx -> torch -> torch-backend -> linalg -> bufferized -> loops -> llvm   (cpu)
+                           ... -> bufferized -> gpu -> plan -> nvvm -> ptx [-> cubin] (cuda)
+
+Every MLIR stage output starts with a `// lazymlir-stage: <name>` line, so a
+dumped file names the stage it holds and `lazymlir-opt` resumes after it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from . import contracts, cpu_pipeline, torch_stages
+from .errors import LoweringError, save_repro
+from .mlir_runner import PipelineFailure, print_module
+
+TARGETS = ("cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class Options:
+    target: str = "cpu"
+    chip: str = "sm_90"           # CUDA: the PTX/cubin architecture
+    repro_dir: str | None = None  # where a failing stage's input is written
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    ext: str                                   # file extension of its dumped output
+    run: Callable[[str, Options], object] | None  # input text -> module (None: source stage)
+    doc: str
+
+
+def _gpu(fn_name: str):
+    """Late-bound CUDA stage: the GPU pipeline imports only when a CUDA stage runs."""
+    def run(text: str, options: Options):
+        from . import gpu_stages
+        return getattr(gpu_stages, fn_name)(text, options)
+    return run
+
+
+_ALL = {
+    s.name: s for s in (
+        Stage("fx", "fx.json", None, "functional ATen graph recorded by the tracer"),
+        Stage("torch", "mlir", lambda t, o: torch_stages.import_fx(t),
+              "torch dialect as imported by torch-mlir's FxImporter"),
+        Stage("torch-backend", "mlir", lambda t, o: torch_stages.to_torch_backend(t),
+              "torch backend contract: value semantics, shapes and dtypes refined"),
+        Stage("linalg", "mlir", lambda t, o: torch_stages.to_linalg(t),
+              "linalg-on-tensors (+arith/math/tensor)"),
+        Stage("bufferized", "mlir", lambda t, o: cpu_pipeline.to_bufferized(t),
+              "linalg on memrefs, results as out-parameters"),
+        Stage("loops", "mlir", lambda t, o: cpu_pipeline.to_loops(t),
+              "CPU: scf loops over memrefs"),
+        Stage("llvm", "mlir", lambda t, o: cpu_pipeline.to_llvm(t),
+              "CPU: LLVM dialect, ready for the JIT"),
+        Stage("gpu", "mlir", _gpu("to_gpu"),
+              "CUDA: outlined gpu.module kernels mapped to blocks/threads + host launches"),
+        Stage("plan", "mlir", _gpu("to_plan"),
+              "CUDA: host side as an lzrt launch plan next to the kernels"),
+        Stage("nvvm", "mlir", _gpu("to_nvvm"), "CUDA: kernels in the NVVM/LLVM dialects"),
+        Stage("ptx", "mlir", _gpu("to_ptx"), "CUDA: kernels as PTX (gpu.binary) + plan"),
+        Stage("cubin", "mlir", _gpu("to_cubin"), "CUDA: kernels as cubin (needs ptxas) + plan"),
+    )
+}
+
+PIPELINES: dict[str, tuple[str, ...]] = {
+    "cpu": ("fx", "torch", "torch-backend", "linalg", "bufferized", "loops", "llvm"),
+    "cuda": ("fx", "torch", "torch-backend", "linalg", "bufferized", "gpu", "plan", "nvvm",
+             "ptx"),
+}
+# cubin is an optional last CUDA stage (needs ptxas); PTX is JIT-compiled by the driver.
+OPTIONAL_TAIL = {"cuda": ("cubin",)}
+
+
+def stage(name: str) -> Stage:
+    try:
+        return _ALL[name]
+    except KeyError:
+        raise ValueError(f"unknown stage '{name}'; stages: {', '.join(_ALL)}") from None
+
+
+def stage_names(target: str) -> tuple[str, ...]:
+    if target not in PIPELINES:
+        raise ValueError(f"unknown target '{target}'; targets: {', '.join(TARGETS)}")
+    return PIPELINES[target] + OPTIONAL_TAIL.get(target, ())
+
+
+STAGE_MARKER = "// lazymlir-stage: "
+
+
+def marked(stage_name: str, text: str) -> str:
+    return f"{STAGE_MARKER}{stage_name}\n{text}"
+
+
+def detect_stage(text: str) -> str:
+    """The stage whose output `text` is: from the marker line, else from its content."""
+    head = text.lstrip()
+    if head.startswith("{") and '"lazymlir-fx"' in head[:200]:
+        return "fx"
+    for line in text.splitlines()[:5]:
+        if line.startswith(STAGE_MARKER):
+            return line[len(STAGE_MARKER):].strip()
+    # No marker (handwritten input): guess from the dialects present.
+    checks = (
+        ("gpu.binary", "ptx"), ("lzrt.", "plan"), ("gpu.module", "gpu"),
+        ("torch.aten", "torch"), ("torch.vtensor", "torch"), ("llvm.func", "llvm"),
+        ("tensor<", "linalg"), ("linalg.", "bufferized"), ("scf.for", "loops"),
+    )
+    for needle, name in checks:
+        if needle in text:
+            return name
+    return "bufferized"  # memref code with no linalg left: resume at the next stage
+
+
+@dataclass
+class StageRecord:
+    name: str
+    ext: str
+    text: str
+    seconds: float
+
+
+@dataclass
+class Result:
+    text: str                 # output of the last stage run
+    stage: str                # its name
+    records: list[StageRecord] = field(default_factory=list)
+
+
+def run_stages(text: str, options: Options, *, start: str | None = None, stop: str | None = None,
+               on_stage: Callable[[StageRecord], None] | None = None) -> Result:
+    """Run the stages after `start` (detected from the text if None) up to `stop` (inclusive)."""
+    names = stage_names(options.target)
+    start = start or detect_stage(text)
+    stop = stop or PIPELINES[options.target][-1]
+    if start not in names:
+        raise ValueError(f"stage '{start}' is not part of the {options.target} pipeline "
+                         f"({' -> '.join(names)})")
+    if stop not in names:
+        raise ValueError(f"stage '{stop}' is not part of the {options.target} pipeline "
+                         f"({' -> '.join(names)})")
+    first, last = names.index(start) + 1, names.index(stop)
+    if first > last + 1:
+        raise ValueError(f"stage '{stop}' comes before the input's stage '{start}'")
+    result = Result(text, start)
+    for name in names[first:last + 1]:
+        result.text = _run_one(stage(name), result.text, options, result, on_stage)
+        result.stage = name
+    return result
+
+
+def _run_one(st: Stage, text: str, options: Options, result: Result, on_stage) -> str:
+    began = time.perf_counter()
+    try:
+        module = st.run(text, options)
+        problem = contracts.check_contract(st.name, module.operation)
+    except (PipelineFailure, ValueError, NotImplementedError, RuntimeError) as error:
+        if isinstance(error, LoweringError):
+            raise
+        raise _failure(st, text, options, str(error)) from None
+    if problem:
+        raise _failure(st, text, options, problem)
+    out = marked(st.name, print_module(module))
+    record = StageRecord(st.name, st.ext, out, time.perf_counter() - began)
+    result.records.append(record)
+    if on_stage is not None:
+        on_stage(record)
+    return out
+
+
+def _failure(st: Stage, text: str, options: Options, detail: str) -> LoweringError:
+    prev_ext = "fx.json" if text.lstrip().startswith("{") else "mlir"
+    path = save_repro(st.name, text, prev_ext, options.repro_dir)
+    return LoweringError(st.name, options.target, detail, path)

@@ -1,0 +1,47 @@
+"""Stages run with torch-mlir: `torch` (FX import), `torch-backend`, `linalg`.
+
+These stages use torch-mlir's own MLIR build (`torch_mlir.ir`), which has the
+torch dialect but no NVPTX target; the handoff to the upstream bindings is
+textual, which was verified to round-trip.
+"""
+
+from __future__ import annotations
+
+from . import fx_graph
+from .mlir_runner import TORCH_MLIR, print_module, run_pipeline
+
+TORCH_BACKEND_PIPELINE = (
+    "builtin.module("
+    # Quantized custom ops are matched first, as torch-mlir's own FX path does
+    # (a no-op without them).
+    "func.func(torch-match-quantized-custom-ops),"
+    # torch-mlir's pipeline for FX-imported programs: reach the backend
+    # contract (value semantics, known dtypes/shapes, complex ops decomposed).
+    "torchdynamo-export-to-torch-backend-pipeline{ extra-library=})"
+)
+
+LINALG_PIPELINE = (
+    "builtin.module("
+    # Backend contract -> linalg-on-tensors with arith/math/tensor. Non-finite
+    # constants (-inf seeds of max reductions, masks) are legal in our graphs.
+    "torch-backend-to-linalg-on-tensors-backend-pipeline{allow-non-finites=true})"
+)
+
+
+def import_fx(fx_text: str):
+    """fx stage (JSON) -> torch dialect module, through torch-mlir's FxImporter."""
+    from torch_mlir.extras.fx_importer import FxImporter
+
+    gm = fx_graph.to_graph_module(fx_graph.loads(fx_text))
+    importer = FxImporter(context=TORCH_MLIR.context())
+    importer.import_stateless_graph(gm.graph, func_name="main")
+    # Re-parse so the caller gets a module with the usual text form.
+    return run_pipeline(TORCH_MLIR, print_module(importer.module), None)
+
+
+def to_torch_backend(text: str):
+    return run_pipeline(TORCH_MLIR, text, TORCH_BACKEND_PIPELINE)
+
+
+def to_linalg(text: str):
+    return run_pipeline(TORCH_MLIR, text, LINALG_PIPELINE)
