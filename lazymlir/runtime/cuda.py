@@ -117,6 +117,13 @@ def load_library() -> ctypes.CDLL:
     return _lib
 
 
+def device_count() -> int:
+    """Number of CUDA devices of the real driver; raises CudaError without one."""
+    n = ctypes.c_int()
+    _check(load_library().lzrt_device_count(ctypes.byref(n)))
+    return n.value
+
+
 def _check(rc: int) -> None:
     if rc != 0:
         raise CudaError(load_library().lzrt_last_error().decode(errors="replace"))
@@ -167,6 +174,9 @@ class CudaRuntime:
                 "device_count": info.device_count,
                 "compute_capability": (info.cc_major, info.cc_minor),
                 "multiprocessors": info.multiprocessor_count, "fake": bool(info.fake)}
+
+    def device_count(self) -> int:
+        return self.device_info()["device_count"]
 
     def synchronize(self) -> None:
         _check(self._lib.lzrt_synchronize(self.handle))

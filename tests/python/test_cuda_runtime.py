@@ -96,6 +96,8 @@ def test_missing_driver_gives_clear_error():
     with pytest.raises(CudaError) as info:
         CudaRuntime.create()
     msg = str(info.value)
+    with pytest.raises(CudaError, match="no CUDA driver found"):
+        cuda.device_count()
     assert msg.startswith("no CUDA driver found (libcuda.so.1 could not be loaded: ")
     assert msg.endswith("); use LAZYMLIR_TARGET=cpu")
 
@@ -104,6 +106,7 @@ def test_fake_device_info(rt):
     info = rt.device_info()
     assert info["fake"] and info["name"] == "lazymlir fake device"
     assert info["compute_capability"] == (9, 0) and info["device_count"] == 1
+    assert rt.device_count() == 1
 
 
 # --- Plan parsing ---------------------------------------------------------------
