@@ -130,6 +130,7 @@ HOST_OK = {
     "memref.alloc",
     "memref.dealloc",
     "memref.copy",
+    "gpu.memset",
     "memref.expand_shape",
     "memref.collapse_shape",
     "memref.subview",
@@ -356,6 +357,42 @@ def _sink_globals(loop) -> None:
             g.operation.erase()
 
 
+def _dense(t: ir.Type) -> bool:
+    """Row-major, offset 0: the memref is a whole buffer."""
+    mt = ir.MemRefType(t)
+    strides, offset = mt.get_strides_and_offset()
+    return offset == 0 and strides == [math.prod(mt.shape[i + 1:]) for i in range(mt.rank)]
+
+
+def _fills_to_memset(module: ir.Module) -> None:
+    """`linalg.fill` of a whole host buffer with a value whose bytes are all equal (0.0,
+    0, -1) -> `gpu.memset`, which the plan turns into a runtime memset: no kernel."""
+    import struct
+
+    for op in _walk(module, "linalg.fill"):
+        if op.operation.parent.name != "func.func":
+            continue
+        value, out = op.operands[0], op.operands[1]
+        owner = getattr(value.owner, "operation", value.owner)
+        if not isinstance(out.type, ir.MemRefType) or not isinstance(owner, ir.Operation):
+            continue
+        if owner.name != "arith.constant" or not _dense(out.type):
+            continue
+        attr, ty = owner.attributes["value"], str(value.type)
+        if ty in ("f32", "f64"):
+            raw = struct.pack("<f" if ty == "f32" else "<d", ir.FloatAttr(attr).value)
+        elif ty in ("i8", "i16", "i32", "i64"):
+            width = int(ty[1:]) // 8
+            raw = (ir.IntegerAttr(attr).value % (1 << (8 * width))).to_bytes(width, "little")
+        else:
+            continue
+        if len(set(raw)) != 1:
+            continue
+        with ir.InsertionPoint(op), op.location:
+            gpu.MemsetOp(None, [], out, value)
+        op.operation.erase()
+
+
 def _map_host_loops(module: ir.Module, opts: GpuOptions) -> None:
     host = host_func(module)
     for op in list(host.regions[0].blocks[0].operations):
@@ -379,6 +416,7 @@ def to_gpu(module: ir.Module, options=None) -> ir.Module:
     opts = _opts(options)
     with module.context, ir.Location.unknown(module.context):
         host_func(module)
+        _fills_to_memset(module)
         _run(module, PRE_LOOPS_PIPELINE)
         _interchange_parallel_first(module)
         split_reductions(module, opts.reduction_chunk, opts.split_below)
