@@ -201,8 +201,9 @@ class CudaRuntime:
         if out is None:
             count = src.nbytes // np.dtype(dtype).itemsize
             out = np.empty(count if shape is None else shape, dtype=dtype)
-        elif hasattr(out, "data_ptr") and not out.is_contiguous():
-            raise ValueError("copy_out needs a contiguous output tensor")
+        elif not (out.is_contiguous() if hasattr(out, "data_ptr")
+                  else out.flags.c_contiguous):  # else we would fill a temporary copy
+            raise ValueError("copy_out needs a contiguous output array or tensor")
         addr, nbytes, _ = _host_view(out)
         if nbytes > src.nbytes:
             raise ValueError(f"{nbytes} bytes requested from a {src.nbytes}-byte buffer")

@@ -281,6 +281,8 @@ def test_copies_and_memset_roundtrip(rt):
     assert rt.copy_out(b, dtype=np.uint8)[:5].tolist() == [0x3F] * 4 + [0]
     with pytest.raises(ValueError):
         rt.copy_in(np.zeros(9, dtype=np.float32), dst=a)
+    with pytest.raises(ValueError, match="contiguous"):
+        rt.copy_out(b, np.zeros((4, 4), dtype=np.uint8)[:, ::2])
 
 
 def test_allocator_reuses_freed_blocks(rt):
