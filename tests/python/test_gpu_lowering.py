@@ -1,0 +1,183 @@
+"""CUDA lowering without a GPU: samples -> gpu -> nvvm -> PTX, ptxas, launch plan checks."""
+
+from __future__ import annotations
+
+import functools
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import gpu_samples  # noqa: E402
+from mlir import ir  # noqa: E402
+
+from lowering import gpu_pipeline as gp  # noqa: E402
+from lowering import launch_plan as lp  # noqa: E402
+
+NAMES = sorted(gpu_samples.SAMPLES)
+
+
+@functools.cache
+def lowered(name: str):
+    """(plan, ptx dict, gpu-stage text) of a sample, lowered once per session."""
+    ctx = ir.Context()
+    module = gpu_samples.bufferized_module(name, ctx)
+    gp.to_gpu(module)
+    gpu_text = str(module)
+    plan = lp.extract_plan(module)
+    ptx = gp.to_ptx(gp.to_nvvm(module))
+    return plan, ptx, gpu_text
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_ptx_per_module(name):
+    plan, ptx, _ = lowered(name)
+    assert ptx and all(".target sm_90" in p and ".entry" in p for p in ptx.values())
+    launched = {op.module_index for op in plan.ops if op.kind == "launch"}
+    assert launched == set(range(len(ptx))), "every gpu.module is launched, in order"
+    assert all("__nv_" not in p for p in ptx.values()), "libdevice calls must be linked"
+
+
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas not on PATH")
+@pytest.mark.parametrize("chip", ["sm_90", "sm_80"])
+@pytest.mark.parametrize("name", ["softmax", "mlp_step", "sum_all", "elementwise"])
+def test_ptxas_accepts(name, chip, tmp_path):
+    if chip == "sm_90":
+        ptx = lowered(name)[1]
+    else:
+        module = gpu_samples.bufferized_module(name, ir.Context())
+        ptx = gp.to_ptx(gp.to_gpu(module, {"chip": chip}), {"chip": chip})
+    for mod, text in ptx.items():
+        assert f".target {chip}" in text
+        src = tmp_path / f"{mod}.ptx"
+        src.write_text(text)
+        res = subprocess.run(["ptxas", f"-arch={chip}", str(src), "-o", str(tmp_path / "o")],
+                             capture_output=True, text=True)
+        assert res.returncode == 0, res.stderr
+
+
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas not on PATH")
+def test_cubin():
+    module = gpu_samples.bufferized_module("matmul", ir.Context())
+    cubins = gp.to_cubin(gp.to_gpu(module))
+    assert cubins and all(b[:4] == b"\x7fELF" for b in cubins.values())
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_kernels_mapped(name):
+    plan, _, _ = lowered(name)
+    for op in plan.ops:
+        if op.kind != "launch":
+            continue
+        total = op.grid[0] * op.grid[1] * op.grid[2] * op.block[0] * op.block[1] * op.block[2]
+        # Every kernel except one-element ones (a scalar init) runs many threads.
+        assert total > 1 or all(a.kind == "ptr" for a in op.args)
+        assert op.block[0] <= 1024
+
+
+def _launch_threads(plan):
+    return [op.grid[0] * op.block[0] for op in plan.ops if op.kind == "launch"]
+
+
+def test_full_reduction_is_parallel():
+    plan, ptx, gpu_text = lowered("sum_all")
+    # 64*300 elements: chunked into >= 64 threads combined by atomics, not one thread.
+    assert max(_launch_threads(plan)) >= 64
+    assert "memref.atomic_rmw" in gpu_text
+    assert any("atom.global.add.f32" in p for p in ptx.values())
+
+
+def test_dim_reduction_is_parallel():
+    plan, _, _ = lowered("sum_dim")  # 32 rows x 1000: split over rows and chunks
+    assert max(_launch_threads(plan)) >= 32
+    plan, _, gpu_text = lowered("softmax")  # max + sum per row
+    assert gpu_text.count("memref.atomic_rmw") >= 1
+    assert min(_launch_threads(plan)) >= 16
+
+
+def test_elementwise_fused():
+    plan, _, _ = lowered("elementwise")
+    assert [op.kind for op in plan.ops].count("launch") == 1
+
+
+def test_matmul_tiled():
+    plan, _, _ = lowered("matmul")
+    (launch,) = [op for op in plan.ops if op.kind == "launch"]
+    assert launch.grid[0] > 1 and launch.block[0] > 1
+    assert [op.kind for op in plan.ops] == ["memset", "launch"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_plan_consistent(name):
+    plan, _, _ = lowered(name)
+    state = {slot: "arg" for slot, _, _ in plan.args}
+    sizes = {slot: n for slot, _, n in plan.args}
+    for op in plan.ops:
+        if op.kind == "alloc":
+            assert op.slot not in state and op.nbytes > 0
+            state[op.slot], sizes[op.slot] = "live", op.nbytes
+        elif op.kind == "free":
+            assert state.get(op.slot) == "live"
+            state[op.slot] = "freed"
+        elif op.kind == "copy":
+            assert state[op.slot] in ("arg", "live") and state[op.src] in ("arg", "live")
+            assert op.nbytes <= min(sizes[op.slot], sizes[op.src])
+        elif op.kind == "memset":
+            assert state[op.slot] in ("arg", "live") and op.nbytes <= sizes[op.slot]
+        else:
+            for a in op.args:
+                if a.kind == "ptr":
+                    assert state.get(a.slot) in ("arg", "live"), f"slot {a.slot} not live"
+    assert "live" not in state.values(), "every temporary is freed"
+    assert max(state, default=-1) + 1 == plan.num_buffers
+
+
+@pytest.mark.parametrize("name", ["softmax", "mlp_step"])
+def test_plan_lzrt_round_trip(name):
+    plan, _, _ = lowered(name)
+    text = lp.plan_to_text(plan)
+    ctx = ir.Context()
+    lz = lp.plan_to_lzrt(plan, ctx)
+    assert lz.operation.verify()
+    assert lp.lzrt_text_to_plan_text(str(lz)) == text
+    assert text.startswith("lazymlir-plan 1\nbuffers ")
+    assert lp.plan_to_json(plan)["num_buffers"] == plan.num_buffers
+
+
+def test_scalar_args_text():
+    assert lp.Arg("f32", value=1.0).text() == "f32:3f800000"
+    assert lp.Arg("f64", value=-2.0).text() == "f64:c000000000000000"
+    assert lp.Arg("i32", value=-3).text() == "i32:-3"
+    assert lp.Arg("ptr", slot=2, offset=16).text() == "p2+16"
+
+
+HOST_LOOP = """
+func.func @main(%arg0: memref<4xf32>, %arg1: memref<4xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c4 = arith.constant 4 : index
+  scf.for %i = %c0 to %c4 step %c1 {
+    %v = memref.load %arg0[%i] : memref<4xf32>
+    memref.store %v, %arg1[%i] : memref<4xf32>
+  }
+  return
+}
+"""
+
+
+def test_host_only_ops_error():
+    module = ir.Module.parse(HOST_LOOP, ir.Context())
+    with pytest.raises(gp.GpuLoweringError, match="op 'scf.for' is left in the host"):
+        gp.to_gpu(module)
+
+
+def test_plan_rejects_host_ops():
+    module = ir.Module.parse(HOST_LOOP, ir.Context())
+    with pytest.raises(gp.GpuLoweringError, match="'scf.for' on the host side"):
+        lp.extract_plan(module)
