@@ -1,0 +1,66 @@
+// RUN: lazymlir-opt %s --target=cuda --stage=gpu -split-input-file | FileCheck %s
+
+// An elementwise op with a broadcast operand: one kernel, one thread per element,
+// the innermost dim (100) varies fastest, 6400 = 25 blocks x 256 threads.
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#map1 = affine_map<(d0, d1) -> (d1)>
+func.func @relu$broadcast(%arg0: memref<64x100xf32>, %arg1: memref<100xf32>, %arg2: memref<64x100xf32>) {
+  %cst = arith.constant 0.000000e+00 : f32
+  linalg.generic {indexing_maps = [#map, #map1, #map], iterator_types = ["parallel", "parallel"]} ins(%arg0, %arg1 : memref<64x100xf32>, memref<100xf32>) outs(%arg2 : memref<64x100xf32>) {
+  ^bb0(%in: f32, %in_0: f32, %out: f32):
+    %0 = arith.addf %in, %in_0 : f32
+    %1 = arith.maximumf %0, %cst : f32
+    linalg.yield %1 : f32
+  }
+  return
+}
+// CHECK-LABEL: func.func @relu$broadcast
+// CHECK-SAME: (%[[X:.*]]: memref<64x100xf32>, %[[B:.*]]: memref<100xf32>, %[[OUT:.*]]: memref<64x100xf32>)
+// CHECK-DAG: %[[C25:.*]] = arith.constant 25 : index
+// CHECK-DAG: %[[C256:.*]] = arith.constant 256 : index
+// CHECK: gpu.launch_func @[[MOD:.*]]::@[[KER:.*]] blocks in (%[[C25]], %{{.*}}, %{{.*}}) threads in (%[[C256]], %{{.*}}, %{{.*}}) args(%[[X]] : memref<64x100xf32>, %[[B]] : memref<100xf32>, %[[OUT]] : memref<64x100xf32>)
+// CHECK-NEXT: return
+// CHECK: gpu.module @[[MOD]]
+// CHECK: gpu.func @[[KER]]({{.*}}) kernel
+// CHECK-DAG: gpu.block_id x
+// CHECK-DAG: gpu.thread_id x
+// CHECK: arith.remui %{{.*}}, %c100
+// CHECK: arith.maximumf
+// CHECK: memref.store
+
+// -----
+
+// A size that is not a multiple of the block: grid rounds up, a bound guard skips the tail.
+#map = affine_map<(d0) -> (d0)>
+func.func @exp$tail(%arg0: memref<300xf32>, %arg1: memref<300xf32>) {
+  linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%arg0 : memref<300xf32>) outs(%arg1 : memref<300xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %0 = math.exp %in : f32
+    linalg.yield %0 : f32
+  }
+  return
+}
+// CHECK-LABEL: func.func @exp$tail
+// CHECK-DAG: %[[C2:.*]] = arith.constant 2 : index
+// CHECK: gpu.launch_func @{{.*}} blocks in (%[[C2]], %{{.*}}, %{{.*}}) threads in (%c256
+// CHECK: gpu.func
+// CHECK: %[[LIN:.*]] = arith.addi
+// CHECK: arith.cmpi ult, %[[LIN]], %c300
+// CHECK: scf.if
+// CHECK: math.exp
+
+// -----
+
+// A zero fill becomes a memset on the host (no kernel); a non-zero fill is a kernel.
+func.func @fill$memset(%arg0: memref<8x8xf32>, %arg1: memref<8xf32>) {
+  %zero = arith.constant 0.000000e+00 : f32
+  %one = arith.constant 1.000000e+00 : f32
+  linalg.fill ins(%zero : f32) outs(%arg0 : memref<8x8xf32>)
+  linalg.fill ins(%one : f32) outs(%arg1 : memref<8xf32>)
+  return
+}
+// CHECK-LABEL: func.func @fill$memset
+// CHECK: gpu.memset %{{.*}}, %{{.*}} : memref<8x8xf32>, f32
+// CHECK: gpu.launch_func
+// CHECK-SAME: threads in (%c8
+// CHECK-NEXT: return

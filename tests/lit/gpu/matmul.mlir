@@ -1,0 +1,34 @@
+// RUN: lazymlir-opt %s --target=cuda --stage=gpu -split-input-file | FileCheck %s
+
+// Matmul: one thread per output element (64x80 = 20 blocks x 256), k-loop in-thread.
+func.func @matmul$basic(%arg0: memref<64x48xf32>, %arg1: memref<48x80xf32>, %arg2: memref<64x80xf32>) {
+  %cst = arith.constant 0.000000e+00 : f32
+  linalg.fill ins(%cst : f32) outs(%arg2 : memref<64x80xf32>)
+  linalg.matmul ins(%arg0, %arg1 : memref<64x48xf32>, memref<48x80xf32>) outs(%arg2 : memref<64x80xf32>)
+  return
+}
+// CHECK-LABEL: func.func @matmul$basic
+// CHECK-SAME: (%[[A:.*]]: memref<64x48xf32>, %[[B:.*]]: memref<48x80xf32>, %[[C:.*]]: memref<64x80xf32>)
+// CHECK: gpu.memset %[[C]]
+// CHECK: gpu.launch_func @[[MOD:.*]]::@{{.*}} blocks in (%c20, %{{.*}}, %{{.*}}) threads in (%c256, %{{.*}}, %{{.*}}) args(%[[A]] : memref<64x48xf32>, %[[B]] : memref<48x80xf32>, %[[C]] : memref<64x80xf32>)
+// CHECK: gpu.module @[[MOD]]
+// CHECK: scf.for
+// CHECK: arith.mulf
+// CHECK: arith.addf
+// CHECK: memref.store
+
+// -----
+
+// Transpose into a temporary, then a copy: the alloc stays on the host, as a device
+// buffer of the plan; memref.copy stays a host-side device copy.
+#map = affine_map<(d0, d1) -> (d0, d1)>
+func.func @transpose$copy(%arg0: memref<8x4xf32>, %arg1: memref<4x8xf32>) {
+  %alloc = memref.alloc() {alignment = 64 : i64} : memref<4x8xf32>
+  linalg.transpose ins(%arg0 : memref<8x4xf32>) outs(%alloc : memref<4x8xf32>) permutation = [1, 0]
+  memref.copy %alloc, %arg1 : memref<4x8xf32> to memref<4x8xf32>
+  return
+}
+// CHECK-LABEL: func.func @transpose$copy
+// CHECK: %[[T:.*]] = memref.alloc() {{.*}} : memref<4x8xf32>
+// CHECK: gpu.launch_func @{{.*}} threads in (%c32, %{{.*}}, %{{.*}}) args(%{{.*}} : memref<8x4xf32>, %[[T]] : memref<4x8xf32>)
+// CHECK: memref.copy %[[T]], %{{.*}}
