@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from mlir import ir, passmanager
 from mlir.dialects import arith, gpu, scf
 
-from .gpu_reductions import split_reductions
+from .gpu_reductions import _cidx, _walk, split_reductions
 
 
 @dataclass
@@ -219,18 +219,6 @@ def _interchange_parallel_first(module: ir.Module) -> None:
                 )
 
 
-def _walk(module: ir.Module, name: str):
-    found = []
-
-    def cb(op):
-        if op.name == name:
-            found.append(op.opview)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(cb)
-    return found
-
-
 # --------------------------------------------------------------------------------------
 # Step 5: linearise + map every top-level scf.parallel to (block_x, thread_x).
 
@@ -241,10 +229,6 @@ def _const_index(v: ir.Value) -> int | None:
     if isinstance(owner, ir.Operation) and owner.name == "arith.constant":
         return ir.IntegerAttr(owner.attributes["value"]).value
     return None
-
-
-def _cidx(n: int) -> ir.Value:
-    return arith.ConstantOp(ir.IndexType.get(), n).result
 
 
 def _mapping(proc: str) -> ir.Attribute:
