@@ -49,8 +49,9 @@ class _DeviceModule:
 
     @staticmethod
     def manual_seed_all(seed: int) -> None:
-        # Random ops run on the CPU generator (see fallback.py).
-        torch.manual_seed(seed)
+        # Random ops run on the CPU generator (see fallback.py), which
+        # torch.manual_seed (our caller) seeds already.
+        pass
 
     @staticmethod
     def get_rng_state(device=None):

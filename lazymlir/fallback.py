@@ -40,7 +40,7 @@ _warned: set[str] = set()
 
 
 def op_name(func) -> str:
-    return func.name()  # 'aten::add'
+    return func._schema.name  # 'aten::add', without the overload
 
 
 def must_run_eagerly(func, args, kwargs) -> bool:

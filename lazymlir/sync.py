@@ -114,7 +114,10 @@ def single_op_graph(func, args, kwargs) -> dict:
     out = func(*meta_args, **meta_kwargs)
     outs = [o for o in (out if isinstance(out, (list, tuple)) else [out])
             if isinstance(o, torch.Tensor)]
-    node = Node(func, node_args, node_kwargs, [meta_like(o.shape, o.dtype) for o in outs])
+    from .tracer import _view_for_copy
+
+    node = Node(_view_for_copy(func), node_args, node_kwargs,
+                [meta_like(o.shape, o.dtype) for o in outs])
     values = [LazyValue(m, node, i) for i, m in enumerate(node.out_metas)]
     graph, _ = build_graph(values)
     return graph

@@ -47,6 +47,8 @@ def _dispatch(func, args, kwargs):
         return special(*args, **kwargs)
     if func.name().startswith("aten::_foreach_"):
         return _foreach(func, args, kwargs)
+    if func._schema.is_mutable and func.name().endswith("_"):
+        return _inplace(func, args, kwargs)
     decomposition = _decompositions().get(func)
     if decomposition is not None:
         out = decomposition(*args, **kwargs)
@@ -65,7 +67,7 @@ def record(func, args, kwargs):
     tensor_outs = [o for o in flat_out if isinstance(o, torch.Tensor)]
     metas = [meta_like(o.shape, o.dtype) for o in tensor_outs]
     node_args, node_kwargs = tree_map(_to_node_arg, (args, kwargs))
-    node = Node(func, node_args, node_kwargs, metas)
+    node = Node(_view_for_copy(func), node_args, node_kwargs, metas)
     results, k = [], 0
     for o in flat_out:
         if isinstance(o, torch.Tensor):
@@ -74,6 +76,28 @@ def record(func, args, kwargs):
         else:
             results.append(o)
     return tree_unflatten(results, spec)
+
+
+_VIEW_FOR_COPY: dict = {}
+
+
+def _view_for_copy(func):
+    """`view_copy`, `t_copy`, ... -> `view`, `t`, ...: torch-mlir lowers the view forms.
+
+    In a value-semantics graph a view and its copy variant compute the same
+    value, and torch-mlir's linalg path (like its FX importer's usual input,
+    torch.export graphs) handles the view ops, not all of the `*_copy` ones.
+    """
+    view = _VIEW_FOR_COPY.get(func)
+    if view is None:
+        view = func
+        packet_name = func._schema.name.removeprefix("aten::")
+        if packet_name.endswith("_copy") and packet_name not in ("_to_copy", "copy"):
+            packet = getattr(aten, packet_name.removesuffix("_copy"), None)
+            if packet is not None and func._overloadname in packet.overloads():
+                view = getattr(packet, func._overloadname)
+        _VIEW_FOR_COPY[func] = view
+    return view
 
 
 def _is_lazy_device(device) -> bool:
@@ -199,9 +223,26 @@ def _decompositions():
     return _DECOMPOSITIONS
 
 
+def _inplace(func, args, kwargs):
+    """An in-place op below functionalization (decompositions use some): run the
+    functional form and rebind the inner tensor to the new value. Nothing here
+    aliases (functionalization above us owns views), so rebinding is exact."""
+    self = args[0]
+    name = func._schema.name.removeprefix("aten::")
+    if name == "copy_":
+        result = _copy(self, args[1])
+    else:
+        functional = getattr(getattr(aten, name.removesuffix("_")), func._overloadname)
+        result = functional(*args, **kwargs)
+        if result.dtype != self.dtype:
+            result = record(aten._to_copy.default, (result,), {"dtype": self.dtype})
+    self._lazy = result._lazy
+    return self
+
+
 def _foreach(func, args, kwargs):
     """`_foreach_op(lists...)` -> one `op` per element (optimizers use these)."""
-    base = func.name().removeprefix("aten::_foreach_")
+    base = func._schema.name.removeprefix("aten::_foreach_")
     packet = getattr(aten, base)
     lists = [a for a in args if isinstance(a, (list, tuple))]
     count = len(lists[0])

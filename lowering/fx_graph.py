@@ -109,9 +109,20 @@ def to_graph_module(graph: dict) -> torch.fx.GraphModule:
         def fake(meta: dict) -> torch.Tensor:
             return torch.empty(meta["shape"], dtype=dtype_from_name(meta["dtype"]))
 
+        def convert(source: torch.fx.Node, dtype: torch.dtype) -> torch.fx.Node:
+            node = fx.call_function(torch.ops.aten._to_copy.default, (source,), {"dtype": dtype})
+            node.meta["val"] = torch.empty(source.meta["val"].shape, dtype=dtype)
+            return node
+
+        # Bools cross the graph boundary as uint8 (same bytes as torch.bool):
+        # LLVM's memref lowering cannot store i1 buffers.
         for i, meta in enumerate(graph["inputs"]):
             node = fx.placeholder(f"arg{i}")
-            node.meta["val"] = fake(meta)
+            if meta["dtype"] == "bool":
+                node.meta["val"] = torch.empty(meta["shape"], dtype=torch.uint8)
+                node = convert(node, torch.bool)
+            else:
+                node.meta["val"] = fake(meta)
             inputs.append(node)
         results: list[list[torch.fx.Node]] = []
 
@@ -140,7 +151,10 @@ def to_graph_module(graph: dict) -> torch.fx.GraphModule:
                     item.meta["val"] = out
                     items.append(item)
                 results.append(items)
-        fx.output(tuple(arg(o) for o in graph["outputs"]))
+        outputs = [arg(o) for o in graph["outputs"]]
+        outputs = [convert(o, torch.uint8) if o.meta["val"].dtype == torch.bool else o
+                   for o in outputs]
+        fx.output(tuple(outputs))
     return torch.fx.GraphModule(torch.nn.Module(), fx)
 
 
