@@ -1,0 +1,175 @@
+"""CUDA stage functions of the registry: `gpu`, `plan`, `nvvm`, `ptx`, `cubin`.
+
+Each takes the previous stage's MLIR text, parses it in a fresh upstream context
+(with the `lzrt` dialect loaded where the text holds lzrt ops), calls the GPU
+lowering in `gpu_pipeline` / `launch_plan` and returns the upstream module whose
+printed form is the stage output:
+
+    gpu    outlined gpu.modules + the host func.func with gpu.launch_func
+    plan   the same gpu.modules + `func.func @plan` of lzrt ops (the host func replaced)
+    nvvm   gpu.modules lowered to NVVM/LLVM; the plan (or host func) unchanged
+    ptx    gpu.binary ops holding PTX (gpu-module-to-binary format=isa) + the plan
+    cubin  gpu.binary ops holding cubin (format=bin, needs ptxas) + the plan
+
+Every output re-parses, so `lazymlir-opt` resumes from any of them. The later
+stages also accept earlier CUDA text (nvvm/ptx from `gpu` or `plan` text, plan
+from `nvvm` text) because the kernels and the host side lower independently.
+Failures (parse errors, pass failures, GpuLoweringError) surface as
+PipelineFailure with the collected diagnostics; the registry turns them into a
+LoweringError naming the stage.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+
+from mlir import ir
+from mlir.dialects import gpu
+
+from . import gpu_pipeline, launch_plan
+from .lzrt_dialect import load_lzrt
+from .mlir_runner import UPSTREAM, PipelineFailure, run_pipeline
+
+
+def gpu_options(options) -> gpu_pipeline.GpuOptions:
+    """stages.Options (or None/dict) -> the GPU lowering's options."""
+    if options is None or isinstance(options, (dict, gpu_pipeline.GpuOptions)):
+        return gpu_pipeline._opts(options)
+    return gpu_pipeline.GpuOptions(chip=getattr(options, "chip", "sm_90") or "sm_90")
+
+
+def parse(text: str, transform=None) -> ir.Module:
+    """Parse `text` upstream (lzrt loaded if used), apply `transform(module)`, keep diagnostics."""
+    context = UPSTREAM.context()
+    if "lzrt." in text:
+        load_lzrt(context)
+    return run_pipeline(UPSTREAM, text, None, before=transform, context=context)
+
+
+def _funcs(module: ir.Module) -> list:
+    return [op for op in module.body.operations if op.operation.name == "func.func"]
+
+
+def _has_plan(module: ir.Module) -> bool:
+    return any(ir.StringAttr(f.attributes["sym_name"]).value == "plan"
+               and "lzrt." in str(f) for f in _funcs(module))
+
+
+def to_gpu(text: str, options) -> ir.Module:
+    """`bufferized` -> `gpu`."""
+    return parse(text, lambda m: gpu_pipeline.to_gpu(m, gpu_options(options)))
+
+
+def _replace_host_with_plan(module: ir.Module) -> None:
+    if _has_plan(module):
+        return
+    plan = launch_plan.host_to_lzrt(module)
+    for op in _funcs(module):
+        op.operation.erase()
+    with module.context, ir.Location.unknown():
+        ip = ir.InsertionPoint.at_block_begin(module.body)
+        for op in plan.body.operations:
+            op.operation.clone(ip=ip)
+        # The kernels stay referenced by name from the plan: keep the container marker.
+        module.operation.attributes["gpu.container_module"] = ir.UnitAttr.get()
+
+
+def to_plan(text: str, options) -> ir.Module:
+    """`gpu` -> `plan`: the host function becomes an lzrt launch plan (`func.func @plan`)."""
+    def run(module):
+        # The plan ops are generic lzrt IR: the context must know the dialect.
+        load_lzrt(module.context)
+        _replace_host_with_plan(module)
+    return parse(text, run)
+
+
+def to_nvvm(text: str, options) -> ir.Module:
+    """`plan` -> `nvvm`: kernels to NVVM/LLVM; the plan (or a host func) is left as is."""
+    return parse(text, lambda m: gpu_pipeline.to_nvvm(m, gpu_options(options)))
+
+
+def to_ptx(text: str, options) -> ir.Module:
+    """`nvvm` -> `ptx`: every gpu.module becomes a gpu.binary holding PTX text."""
+    return parse(text, lambda m: gpu_pipeline.to_ptx(m, gpu_options(options)))
+
+
+def to_cubin(text: str, options) -> ir.Module:
+    """`ptx` (or earlier) -> `cubin`: gpu.binary ops holding cubin (needs ptxas)."""
+    opts = gpu_options(options)
+
+    def run(module):
+        if gpu_pipeline.gpu_modules(module):
+            gpu_pipeline.to_cubin(module, opts)
+        else:
+            _ptx_binaries_to_cubin(module, opts)
+    return parse(text, run)
+
+
+def _ptxas(ptx: str, chip: str) -> bytes:
+    exe = shutil.which("ptxas")
+    if exe is None:
+        raise gpu_pipeline.GpuLoweringError("the cubin stage needs NVIDIA's `ptxas` on PATH")
+    with tempfile.TemporaryDirectory() as tmp:
+        src, out = os.path.join(tmp, "k.ptx"), os.path.join(tmp, "k.cubin")
+        with open(src, "w") as f:
+            f.write(ptx)
+        done = subprocess.run([exe, f"-arch={chip}", src, "-o", out],
+                              capture_output=True, text=True)
+        if done.returncode:
+            raise gpu_pipeline.GpuLoweringError(f"ptxas failed: {done.stderr.strip()}")
+        with open(out, "rb") as f:
+            return f.read()
+
+
+def _ptx_binaries_to_cubin(module: ir.Module, opts) -> None:
+    """Resume from `ptx` text: assemble each PTX object with ptxas, in place."""
+    for op in module.body.operations:
+        if op.operation.name != "gpu.binary":
+            continue
+        objects = []
+        for attr in ir.ArrayAttr(op.attributes["objects"]):
+            obj = gpu.ObjectAttr(attr)
+            data = obj.object
+            if not bytes(data).startswith(b"\x7fELF"):
+                ptx = data.decode() if isinstance(data, bytes) else data
+                data = _ptxas(ptx, opts.chip)
+            objects.append(gpu.ObjectAttr.get(obj.target, gpu.CompilationTarget.Binary,
+                                              data, obj.properties, None))
+        op.attributes["objects"] = ir.ArrayAttr.get(objects)
+
+
+def kernel_objects(text: str) -> list[tuple[str, bytes, str]]:
+    """(module name, object bytes, 'ptx' | 'cubin') for every gpu.binary, in body order."""
+    return _kernel_objects(parse(text))
+
+
+def _kernel_objects(module: ir.Module) -> list[tuple[str, bytes, str]]:
+    out = []
+    for op in module.body.operations:
+        if op.operation.name != "gpu.binary":
+            continue
+        name = ir.StringAttr(op.attributes["sym_name"]).value
+        obj = gpu.ObjectAttr(ir.ArrayAttr(op.attributes["objects"])[0]).object
+        data = obj if isinstance(obj, bytes) else obj.encode("latin-1")
+        out.append((name, data, "cubin" if data.startswith(b"\x7fELF") else "ptx"))
+    return out
+
+
+def executable_parts(text: str) -> tuple[str, list[tuple[str, bytes, str]]]:
+    """From `ptx`/`cubin` stage text: (plan in the runtime text format, kernels).
+
+    Kernels are in module-index order (gpu.binary body order, as the gpu.modules were).
+    """
+    module = parse(text)
+    kernels = _kernel_objects(module)
+    if not kernels:
+        raise PipelineFailure("no gpu.binary in the input: expected `ptx` or `cubin` stage text")
+    with module.context:
+        if _has_plan(module):
+            plan_text = launch_plan.lzrt_to_plan_text(module)
+        else:
+            plan_text = launch_plan.host_to_plan_text(module)
+    return plan_text, kernels
