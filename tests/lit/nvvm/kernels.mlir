@@ -1,7 +1,7 @@
 // RUN: lazymlir-opt %s --target=cuda --stage=nvvm -split-input-file | FileCheck %s
 
-// gpu-stage input: kernel bodies become NVVM/LLVM with bare-pointer arguments; the host
-// function is untouched (the launch plan is read from it).
+// gpu-stage input (plan stage runs first): kernel bodies become NVVM/LLVM with bare-pointer
+// arguments; the host side is the lzrt plan.
 module attributes {gpu.container_module} {
   func.func @relu$basic(%arg0: memref<1024xf32>, %arg1: memref<1024xf32>) {
     %c1 = arith.constant 1 : index
@@ -25,8 +25,8 @@ module attributes {gpu.container_module} {
     }
   }
 }
-// CHECK-LABEL: func.func @relu$basic
-// CHECK: gpu.launch_func @relu$basic_kernel::@relu$basic_kernel
+// CHECK-LABEL: func.func @plan()
+// CHECK: "lzrt.launch"{{.*}}kernel = "relu$basic_kernel", module = "relu$basic_kernel"
 // CHECK: gpu.module @relu$basic_kernel [#nvvm.target<O = 3, chip = "sm_90"
 // CHECK: llvm.func @relu$basic_kernel(%[[IN:.*]]: !llvm.ptr, %[[OUT:.*]]: !llvm.ptr) attributes {gpu.kernel
 // CHECK-DAG: nvvm.read.ptx.sreg.ctaid.x
@@ -70,8 +70,8 @@ module attributes {gpu.container_module} {
     }
   }
 }
-// CHECK-LABEL: func.func @sum$all
-// CHECK: gpu.memset
+// CHECK-LABEL: func.func @plan()
+// CHECK: "lzrt.memset"
 // CHECK: gpu.module @sum$all_kernel
 // CHECK: llvm.func @sum$all_kernel(%{{.*}}: !llvm.ptr, %[[OUT:.*]]: !llvm.ptr)
 // CHECK: llvm.cond_br

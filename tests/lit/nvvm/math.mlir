@@ -1,6 +1,6 @@
 // RUN: lazymlir-opt %s --target=cuda --stage=nvvm -split-input-file | FileCheck %s
 
-// bufferized input through gpu to nvvm: math.exp becomes a libdevice call, bound guard
+// bufferized input through gpu and plan to nvvm: math.exp becomes a libdevice call, bound guard
 // (300 threads = 2 blocks of 256) a conditional branch.
 #map = affine_map<(d0) -> (d0)>
 func.func @exp$guard(%arg0: memref<300xf32>, %arg1: memref<300xf32>) {
@@ -11,8 +11,8 @@ func.func @exp$guard(%arg0: memref<300xf32>, %arg1: memref<300xf32>) {
   }
   return
 }
-// CHECK-LABEL: func.func @exp$guard
-// CHECK: blocks in (%c2, %{{.*}}, %{{.*}}) threads in (%c256
+// CHECK-LABEL: func.func @plan()
+// CHECK: "lzrt.launch"{{.*}}block = array<i64: 256, 1, 1>, grid = array<i64: 2, 1, 1>
 // CHECK: llvm.func @__nv_expf(f32) -> f32
 // CHECK: llvm.func @exp$guard_kernel
 // CHECK: llvm.icmp "ult"

@@ -1,4 +1,4 @@
-// RUN: lazymlir-opt %s --target=cuda --stage=ptx -split-input-file | FileCheck %s
+// RUN: lazymlir-opt %s --target=cuda --stage=ptx --emit=ptx -split-input-file | FileCheck %s
 
 // gpu-stage input -> one PTX text per gpu.module (sm_90 by default).
 module attributes {gpu.container_module} {

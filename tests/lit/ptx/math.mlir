@@ -1,4 +1,4 @@
-// RUN: lazymlir-opt %s --target=cuda --stage=ptx -split-input-file | FileCheck %s
+// RUN: lazymlir-opt %s --target=cuda --stage=ptx --emit=ptx -split-input-file | FileCheck %s
 
 // math.exp lowers to a libdevice call (__nv_expf) that is linked and inlined: no
 // unresolved extern in the PTX, so ptxas accepts it.
