@@ -116,6 +116,14 @@ def _arange_start_step(start, end, step=1, dtype=None, layout=None, device=None,
     return _wrap(inner)
 
 
+def _arange(end, dtype=None, layout=None, device=None, pin_memory=None):
+    return _arange_start_step(0, end, 1, dtype=dtype)
+
+
+def _arange_start(start, end, dtype=None, layout=None, device=None, pin_memory=None):
+    return _arange_start_step(start, end, 1, dtype=dtype)
+
+
 def register() -> None:
     """Idempotent: rename PrivateUse1, install device module/hooks/guard and factory kernels."""
     global _registered, _library
@@ -129,4 +137,8 @@ def register() -> None:
     _library.impl("empty.memory_format", _empty_memory_format, "PrivateUse1")
     _library.impl("empty_strided", _empty_strided, "PrivateUse1")
     _library.impl("arange.start_step", _arange_start_step, "PrivateUse1")
+    # Without these, arange(end) / arange(start, end) reach the tracer as
+    # empty + arange.start_out (an out= op below functionalization).
+    _library.impl("arange", _arange, "PrivateUse1")
+    _library.impl("arange.start", _arange_start, "PrivateUse1")
     _registered = True
