@@ -87,7 +87,7 @@ def compile_graph(graph: dict, key: str, target: str):
     timings["total"] = time.perf_counter() - began
     if dump is not None:
         _write_manifest(dump, key, target, graph, timings)
-    _save_to_disk(key, target, result.text, graph)
+    _save_to_disk(key, target, executable, graph)
     log.debug("compiled graph %s for %s in %.1f ms", key, target, 1e3 * timings["total"])
     return executable
 
@@ -99,7 +99,7 @@ def _build_executable(final_text: str, graph: dict, target: str):
         return CudaExecutable.from_stage_text(final_text, output_metas(graph))
     from .runtime.cpu import CpuExecutable
 
-    return CpuExecutable(final_text, output_metas(graph))
+    return CpuExecutable.compile(final_text, output_metas(graph))
 
 
 def check_lowerable(graph: dict) -> str | None:
@@ -172,23 +172,29 @@ def _cache_path(key: str, target: str) -> Path | None:
     return Path(root) / f"{key}-{target}" if root else None
 
 
-def _save_to_disk(key: str, target: str, final_text: str, graph: dict) -> None:
+def _save_to_disk(key: str, target: str, executable, graph: dict) -> None:
     path = _cache_path(key, target)
     if path is None:
         return
     path.mkdir(parents=True, exist_ok=True)
-    tmp = path / "executable.mlir.tmp"
-    tmp.write_text(final_text)
     (path / "graph.fx.json").write_text(fx_graph.dumps(graph))
-    tmp.replace(path / "executable.mlir")  # atomic: readers never see half a file
+    executable.save(path)  # writes its files atomically; their presence marks the entry
 
 
 def _load_from_disk(key: str, graph: dict, target: str):
     path = _cache_path(key, target)
-    if path is None or not (path / "executable.mlir").exists():
+    if path is None:
         return None
     try:
-        return _build_executable((path / "executable.mlir").read_text(), graph, target)
+        if target == "cuda":
+            from .runtime.cuda_backend import CudaExecutable
+
+            return CudaExecutable.load(path, output_metas(graph))
+        from .runtime.cpu import CpuExecutable
+
+        if not (path / "executable.so").exists():
+            return None
+        return CpuExecutable.load(path, output_metas(graph))
     except (OSError, RuntimeError, ValueError) as error:
         log.warning("ignoring unreadable cache entry %s: %s", path, error)
         return None

@@ -98,4 +98,6 @@ def live_pending_values() -> list[LazyValue]:
         value = tensor._lazy
         if value.pending:
             seen.setdefault(id(value), value)
-    return list(seen.values())
+    # Trace order, not WeakSet order: the graph (and so its hash) must not
+    # depend on where tensors happen to sit in memory.
+    return sorted(seen.values(), key=lambda v: (v.node.seq, v.index))
