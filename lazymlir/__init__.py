@@ -12,6 +12,15 @@ Pipeline stages are listed in one place: lazymlir.lowering.stages.
 from __future__ import annotations
 
 import logging as _logging
+from pathlib import Path as _Path
+
+# In a source checkout lowering/ and dialects/ sit beside lazymlir/ (the wheel
+# installs them inside it, and an editable install maps them): let
+# `lazymlir.lowering` resolve when the checkout itself is on sys.path.
+if not (_Path(__file__).parent / "lowering").exists():
+    _root = _Path(__file__).resolve().parent.parent
+    if (_root / "lowering" / "stages.py").exists() and str(_root) not in __path__:
+        __path__.append(str(_root))
 
 from . import config, metrics
 from .compiler import dump_to
