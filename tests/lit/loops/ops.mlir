@@ -1,0 +1,95 @@
+// RUN: lazymlir-opt %s --stage=loops -split-input-file | FileCheck %s
+
+// Input: `bufferized` stage output (marker line kept: each case resumes from a dump).
+// lazymlir-stage: bufferized
+#map = affine_map<(d0, d1) -> (d0, d1)>
+module {
+  func.func @relu$basic(%arg0: memref<4x8xf32>, %arg1: memref<4x8xf32>) {
+    %cst = arith.constant 0.000000e+00 : f32
+    linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]} ins(%arg0 : memref<4x8xf32>) outs(%arg1 : memref<4x8xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %0 = arith.cmpf ugt, %in, %cst : f32
+      %1 = arith.select %0, %in, %cst : f32
+      linalg.yield %1 : f32
+    }
+    return
+  }
+}
+// CHECK-LABEL: func.func @relu$basic
+// CHECK-SAME: (%[[ARG0:.*]]: memref<4x8xf32>, %[[ARG1:.*]]: memref<4x8xf32>) {
+// CHECK: scf.for %[[ARG2:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
+// CHECK: %[[V:.*]] = memref.load %[[ARG0]][%[[ARG2]], %{{.*}}] : memref<4x8xf32>
+// CHECK: %[[V_2:.*]] = arith.cmpf ugt, %[[V]], %{{.*}} : f32
+// CHECK: %[[V_3:.*]] = arith.select %[[V_2]], %[[V]], %{{.*}} : f32
+// CHECK: memref.store %[[V_3]], %[[ARG1]][%[[ARG2]], %{{.*}}] : memref<4x8xf32>
+// CHECK: return
+
+// -----
+
+// lazymlir-stage: bufferized
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#map1 = affine_map<(d0, d1) -> (d1)>
+module {
+  func.func @add$broadcast(%arg0: memref<4x8xf32>, %arg1: memref<8xf32>, %arg2: memref<4x8xf32>) {
+    linalg.generic {indexing_maps = [#map, #map1, #map], iterator_types = ["parallel", "parallel"]} ins(%arg0, %arg1 : memref<4x8xf32>, memref<8xf32>) outs(%arg2 : memref<4x8xf32>) {
+    ^bb0(%in: f32, %in_0: f32, %out: f32):
+      %0 = arith.addf %in, %in_0 : f32
+      linalg.yield %0 : f32
+    }
+    return
+  }
+}
+// CHECK-LABEL: func.func @add$broadcast
+// CHECK-SAME: (%[[ARG0:.*]]: memref<4x8xf32>, %[[ARG1:.*]]: memref<8xf32>, %[[ARG2:.*]]: memref<4x8xf32>) {
+// CHECK: scf.for %[[ARG3:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
+// CHECK: %[[V:.*]] = memref.load %[[ARG0]][%[[ARG3]], %{{.*}}] : memref<4x8xf32>
+// CHECK: %[[V_2:.*]] = arith.addf %[[V]], %{{.*}} : f32
+// CHECK: memref.store %[[V_2]], %[[ARG2]][%[[ARG3]], %{{.*}}] : memref<4x8xf32>
+// CHECK: return
+
+// -----
+
+// lazymlir-stage: bufferized
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#map1 = affine_map<(d0, d1) -> (d0)>
+module {
+  func.func @sum$dim(%arg0: memref<4x8xf32>, %arg1: memref<4xf32>) {
+    %cst = arith.constant 0.000000e+00 : f32
+    linalg.fill ins(%cst : f32) outs(%arg1 : memref<4xf32>)
+    linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["parallel", "reduction"]} ins(%arg0 : memref<4x8xf32>) outs(%arg1 : memref<4xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %0 = arith.addf %in, %out : f32
+      linalg.yield %0 : f32
+    }
+    return
+  }
+}
+// CHECK-LABEL: func.func @sum$dim
+// CHECK-SAME: (%[[ARG0:.*]]: memref<4x8xf32>, %[[ARG1:.*]]: memref<4xf32>) {
+// CHECK: scf.for %[[ARG2:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
+// CHECK: memref.store %{{.*}}, %[[ARG1]][%[[ARG2]]] : memref<4xf32>
+// CHECK: %[[V:.*]] = memref.load %[[ARG0]][%[[ARG2]], %{{.*}}] : memref<4x8xf32>
+// CHECK: %[[V_2:.*]] = arith.addf %[[V]], %{{.*}} : f32
+// CHECK: memref.store %[[V_2]], %[[ARG1]][%[[ARG2]]] : memref<4xf32>
+// CHECK: return
+
+// -----
+
+// lazymlir-stage: bufferized
+module {
+  func.func @mm$basic(%arg0: memref<4x8xf32>, %arg1: memref<8x16xf32>, %arg2: memref<4x16xf32>) {
+    %cst = arith.constant 0.000000e+00 : f32
+    linalg.fill ins(%cst : f32) outs(%arg2 : memref<4x16xf32>)
+    linalg.matmul ins(%arg0, %arg1 : memref<4x8xf32>, memref<8x16xf32>) outs(%arg2 : memref<4x16xf32>)
+    return
+  }
+}
+// CHECK-LABEL: func.func @mm$basic
+// CHECK-SAME: (%[[ARG0:.*]]: memref<4x8xf32>, %[[ARG1:.*]]: memref<8x16xf32>, %[[ARG2:.*]]: memref<4x16xf32>) {
+// CHECK: scf.for %[[ARG3:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
+// CHECK: memref.store %{{.*}}, %[[ARG2]][%[[ARG3]], %{{.*}}] : memref<4x16xf32>
+// CHECK: %[[V:.*]] = memref.load %[[ARG0]][%[[ARG3]], %{{.*}}] : memref<4x8xf32>
+// CHECK: %[[V_2:.*]] = arith.mulf %[[V]], %{{.*}} : f32
+// CHECK: %[[V_3:.*]] = arith.addf %{{.*}}, %[[V_2]] : f32
+// CHECK: memref.store %[[V_3]], %[[ARG2]][%[[ARG3]], %{{.*}}] : memref<4x16xf32>
+// CHECK: return
