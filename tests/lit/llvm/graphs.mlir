@@ -71,7 +71,6 @@ module {
   }
 }
 // CHECK-LABEL: llvm.func @mlp$multi(
-// CHECK: llvm.func @mlp$multi(%[[ARG0:.*]]: !llvm.ptr, %[[ARG1:.*]]: !llvm.ptr, %[[ARG2:.*]]: i64, %[[ARG3:.*]]: i64, %[[ARG4:.*]]: i64, %[[ARG5:.*]]: i64, %[[ARG6:.*]]: i64, %[[ARG7:.*]]: !llvm.ptr, %[[ARG8:.*]]: !llvm.ptr, %[[ARG9:.*]]: i64, %[[ARG10:.*]]: i64, %[[ARG11:.*]]: i64, %[[ARG12:.*]]: i64, %[[ARG13:.*]]: i64, %[[ARG14:.*]]: !llvm.ptr, %[[ARG15:.*]]: !llvm.ptr, %[[ARG16:.*]]: i64, %[[ARG17:.*]]: i64, %[[ARG18:.*]]: i64, %[[ARG19:.*]]: !llvm.ptr, %[[ARG20:.*]]: !llvm.ptr, %[[ARG21:.*]]: i64, %[[ARG22:.*]]: i64, %[[ARG23:.*]]: i64) attributes {llvm.emit_c_interface} {
 // CHECK: %[[V:.*]] = llvm.call @malloc(%{{.*}}) : (i64) -> !llvm.ptr
 // CHECK: llvm.store %{{.*}}, %{{.*}} : f32, !llvm.ptr
 // CHECK: %[[V_2:.*]] = llvm.fmul %{{.*}}, %{{.*}} : f32
@@ -79,4 +78,4 @@ module {
 // CHECK: %[[V_4:.*]] = llvm.fcmp "ugt" %{{.*}}, %{{.*}} : f32
 // CHECK: %[[V_5:.*]] = llvm.select %[[V_4]], %{{.*}}, %{{.*}} : i1, f32
 // CHECK: llvm.return
-// CHECK: llvm.func @_mlir_ciface_mlp$multi(%[[ARG0]]: !llvm.ptr, %[[ARG1]]: !llvm.ptr, %[[ARG2]]: !llvm.ptr, %[[ARG3]]: !llvm.ptr) attributes {llvm.emit_c_interface} {
+// CHECK: llvm.func @_mlir_ciface_mlp$multi(%[[ARG0:.*]]: !llvm.ptr, %[[ARG1:.*]]: !llvm.ptr, %[[ARG2:.*]]: !llvm.ptr, %[[ARG3:.*]]: !llvm.ptr) attributes {llvm.emit_c_interface} {
