@@ -112,7 +112,7 @@ def bufferized_text(name: str, fuse: bool = True) -> str:
     with ir.Context():
         module = ir.Module.parse(linalg_text(name))
         if fuse:
-            from lowering.gpu_pipeline import LINALG_FUSION_PIPELINE
+            from lazymlir.lowering.gpu_pipeline import LINALG_FUSION_PIPELINE
 
             passmanager.PassManager.parse(LINALG_FUSION_PIPELINE).run(module.operation)
         passmanager.PassManager.parse(BUFFERIZE_PIPELINE).run(module.operation)
