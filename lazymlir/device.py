@@ -83,7 +83,9 @@ def _inside_functionalization() -> bool:
     from . import tracer
 
     excluded = torch._C._dispatch_tls_local_exclude_set()
-    return tracer.depth() > 0 or excluded.has(torch._C.DispatchKey.Functionalize)
+    # torch.tensor(data, device=) excludes Functionalize *and* Python: not functionalization.
+    return tracer.depth() > 0 or (excluded.has(torch._C.DispatchKey.Functionalize)
+                                  and not excluded.has(torch._C.DispatchKey.Python))
 
 
 def _wrap(inner: LazyTensor) -> torch.Tensor:
@@ -124,6 +126,24 @@ def _arange_start(start, end, dtype=None, layout=None, device=None, pin_memory=N
     return _arange_start_step(start, end, 1, dtype=dtype)
 
 
+def _copy_from(self, dst, non_blocking=False):
+    """copy_ between devices when the Python key is excluded (torch.tensor(data, device=)
+    does that): PyTorch's copy_ then calls this backend kernel directly."""
+    from .sync import to_cpu
+    from .tracer import constant
+
+    src = to_cpu(self) if isinstance(self, LazyTensor) else self
+    if torch._is_functional_tensor(dst):  # a fresh wrapper from our factory: fill its inner
+        inner = torch._from_functional_tensor(dst)
+        inner._lazy = constant(src.detach().to("cpu").to(dst.dtype).expand(dst.shape))._lazy
+    elif isinstance(dst, LazyTensor):
+        cpu = src.detach().to("cpu").to(dst.dtype).expand(dst.shape)
+        dst._lazy = constant(cpu)._lazy
+    else:
+        dst.copy_(src)
+    return dst
+
+
 def register() -> None:
     """Idempotent: rename PrivateUse1, install device module/hooks/guard and factory kernels."""
     global _registered, _library
@@ -141,4 +161,5 @@ def register() -> None:
     # empty + arange.start_out (an out= op below functionalization).
     _library.impl("arange", _arange, "PrivateUse1")
     _library.impl("arange.start", _arange_start, "PrivateUse1")
+    _library.impl("_copy_from", _copy_from, "PrivateUse1")
     _registered = True
