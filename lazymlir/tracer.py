@@ -174,6 +174,11 @@ def _local_scalar_dense(self):
     return to_cpu(self).item()
 
 
+def _unbind(self, dim=0):
+    """unbind_copy -> one select per index: torch-mlir does not lower a list-returning unbind."""
+    return [record(aten.select_copy.int, (self, dim, i), {}) for i in range(self.shape[dim])]
+
+
 def _unsupported_mutation(name):
     def fail(*args, **kwargs):
         raise RuntimeError(
@@ -191,6 +196,7 @@ _SPECIAL = {
     aten.lift_fresh_copy.default: _identity,
     aten.lift_fresh.default: _identity,
     aten.clone.default: _clone,
+    aten.unbind_copy.int: _unbind,
     aten._local_scalar_dense.default: _local_scalar_dense,
     aten.set_.source_Tensor: _unsupported_mutation("set_"),
     aten.resize_.default: _unsupported_mutation("resize_"),
