@@ -17,6 +17,7 @@ from pathlib import Path
 # Diagnostics name ops as 'torch.aten.foo' or "failed to legalize operation 'x.y'".
 _OP_PATTERNS = (
     re.compile(r"failed to legalize operation '([\w.$]+)'"),
+    re.compile(r"op '([\w.$]+)' is not allowed after stage"),
     re.compile(r"unsupported by backend contract: module initializers"),
     re.compile(r"'([a-z_]+\.[\w.]+)' op"),
 )

@@ -111,7 +111,9 @@ def detect_stage(text: str) -> str:
     for line in text.splitlines()[:5]:
         if line.startswith(STAGE_MARKER):
             return line[len(STAGE_MARKER):].strip()
-    # No marker (handwritten input): guess from the dialects present.
+    # No marker (handwritten input): guess from the dialects present, ignoring
+    # comments (a test's prose may name ops of other stages).
+    text = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("//"))
     checks = (
         ("gpu.binary", "ptx"), ("lzrt.", "plan"), ("gpu.module", "gpu"),
         ("torch.aten", "torch"), ("torch.vtensor", "torch"), ("llvm.func", "llvm"),
