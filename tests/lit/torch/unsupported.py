@@ -32,7 +32,7 @@ print("exit", rc)
 print("\n".join(err))
 # CHECK-LABEL: TEST: nonzero$compile
 # CHECK: exit 1
-# CHECK: lowering stage '[[STAGE:linalg]]' failed (target cpu):
+# CHECK: lowering stage '[[STAGE:linalg]]' failed at op 'tm_tensor.scan' (target cpu):
 # CHECK-NEXT: op 'tm_tensor.scan' is not allowed after stage 'linalg'
 # CHECK: reproduce with: lazymlir-opt --target=cpu --stage=[[STAGE]] {{.*}}lazymlir-repro-[[STAGE]]-
 
@@ -45,6 +45,6 @@ print("\n".join(err2))
 # CHECK-LABEL: TEST: nonzero$reproducer
 # CHECK: exit 1
 # CHECK: same first line: True
-# CHECK: lowering stage '[[STAGE]]' failed (target cpu):
+# CHECK: lowering stage '[[STAGE]]' failed at op 'tm_tensor.scan' (target cpu):
 # CHECK-NEXT: op 'tm_tensor.scan' is not allowed
 # CHECK: reproduce with: lazymlir-opt --target=cpu --stage=[[STAGE]]
