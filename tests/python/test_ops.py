@@ -267,6 +267,7 @@ FALLBACK_CASES = [
     ("nonzero", "aten::nonzero", lambda a: torch.nonzero(a > 0), (r(3, 4),)),
     ("masked_select", "aten::masked_select", lambda a: torch.masked_select(a, a > 0) * 2,
      (r(3, 4),)),
+    ("any", "aten::any", lambda a: (a > 0).any(), (r(3, 4),)),
     ("setitem_bool_mask", "aten::index_put", _setitem_mask, (r(3, 4),)),
 ]
 
