@@ -6,6 +6,7 @@ back are listed in FALLBACK_CASES and checked to be counted, warned and right.
 
 from __future__ import annotations
 
+import gc
 import warnings
 
 import pytest
@@ -245,7 +246,15 @@ def test_gelu_tanh_matches_eager():
 @pytest.mark.xfail(strict=True, reason="cross_entropy/nll_loss fails "
                    "in the 'bufferized' stage: an i1 buffer remains (lowering bug)")
 def test_cross_entropy_matches_eager():
-    compare_with_eager(F.cross_entropy, r(3, 4), torch.tensor([0, 3, 1]))
+    # A failed compile leaves its pending values live, and every later mark_step would
+    # retry them: drop the traceback (which holds them) before failing.
+    error = None
+    try:
+        compare_with_eager(F.cross_entropy, r(3, 4), torch.tensor([0, 3, 1]))
+    except Exception as e:  # noqa: BLE001
+        error = f"{type(e).__name__}: {e}"
+    gc.collect()
+    assert error is None, error
     assert_no_fallback()
 
 
