@@ -6,7 +6,14 @@
     lazymlir.mark_step()                     # one graph: compiled once, run
     print(y.item())
 
-Pipeline stages are listed in one place: lazymlir.lowering.stages.
+Layers (each imports only the ones below it; CI checks this with import-linter):
+
+    device, opt, demo        user entry points
+    tracing                  lazy values, tracer, graph building, sync points
+    execution                graph executor, graph cache, compiler driver, compile worker
+    targets                  cpu / cuda behind one Target interface
+    lowering                 the stage registry (lazymlir.lowering.stages)
+    session, support         settings, metrics, errors
 """
 
 from __future__ import annotations
@@ -22,27 +29,25 @@ if not (_Path(__file__).parent / "lowering").exists():
     if (_root / "lowering" / "stages.py").exists() and str(_root) not in __path__:
         __path__.append(str(_root))
 
-from . import config, metrics
-from .compiler import dump_to
-from .device import register as _register
+from . import config, metrics, session, targets  # noqa: E402
+from .device import register as _register  # noqa: E402
+from .execution.executor import dump_to  # noqa: E402
+from .support.errors import (  # noqa: E402
+    CompileError,
+    CompilerCrashError,
+    ExecutionError,
+    LazyMlirError,
+)
+from .tracing.materialize import mark_step  # noqa: E402
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _register()
 
 
-def mark_step() -> None:
-    """Compile (cached) and run everything pending for live lazy_mlir tensors, as one graph."""
-    from .sync import mark_step as _mark_step
-
-    _mark_step()
-
-
 def target() -> str:
     """The resolved compile target: 'cpu' or 'cuda'."""
-    from . import backend
-
-    return backend.target()
+    return targets.active().name
 
 
 def _configure_logging() -> None:
@@ -52,4 +57,5 @@ def _configure_logging() -> None:
 
 _configure_logging()
 
-__all__ = ["mark_step", "metrics", "config", "dump_to", "target", "__version__"]
+__all__ = ["mark_step", "metrics", "config", "session", "dump_to", "target", "__version__",
+           "LazyMlirError", "CompileError", "CompilerCrashError", "ExecutionError"]

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import torch
 
-from .lazy_tensor import LazyTensor, LazyValue, Node, meta_like
+from .tracing import tracer
+from .tracing.materialize import mark_step, to_cpu
+from .tracing.values import LazyTensor, LazyValue, Node, meta_like
 
 NAME = "lazy_mlir"
 _registered = False
-_library = None
+_library = None  # the torch.library.Library holding our kernels; must stay alive
 
 
 class _DeviceModule:
@@ -39,8 +41,6 @@ class _DeviceModule:
     @staticmethod
     def synchronize(device=None) -> None:
         """Run everything pending (like mark_step), then wait for the device."""
-        from .sync import mark_step
-
         mark_step()
 
     @staticmethod
@@ -49,7 +49,7 @@ class _DeviceModule:
 
     @staticmethod
     def manual_seed_all(seed: int) -> None:
-        # Random ops run on the CPU generator (see fallback.py), which
+        # Random ops run on the CPU generator (see tracing/fallback.py), which
         # torch.manual_seed (our caller) seeds already.
         pass
 
@@ -80,8 +80,6 @@ class _Guard(torch._C._acc.DeviceGuard):
 
 def _inside_functionalization() -> bool:
     """True when a factory is called below functionalization (it wraps our result itself)."""
-    from . import tracer
-
     excluded = torch._C._dispatch_tls_local_exclude_set()
     # torch.tensor(data, device=) excludes Functionalize *and* Python: not functionalization.
     return tracer.depth() > 0 or (excluded.has(torch._C.DispatchKey.Functionalize)
@@ -129,16 +127,14 @@ def _arange_start(start, end, dtype=None, layout=None, device=None, pin_memory=N
 def _copy_from(self, dst, non_blocking=False):
     """copy_ between devices when the Python key is excluded (torch.tensor(data, device=)
     does that): PyTorch's copy_ then calls this backend kernel directly."""
-    from .sync import to_cpu
-    from .tracer import constant
-
     src = to_cpu(self) if isinstance(self, LazyTensor) else self
     if torch._is_functional_tensor(dst):  # a fresh wrapper from our factory: fill its inner
         inner = torch._from_functional_tensor(dst)
-        inner._lazy = constant(src.detach().to("cpu").to(dst.dtype).expand(dst.shape))._lazy
+        cpu = src.detach().to("cpu").to(dst.dtype).expand(dst.shape)
+        inner._lazy = tracer.constant(cpu)._lazy
     elif isinstance(dst, LazyTensor):
         cpu = src.detach().to("cpu").to(dst.dtype).expand(dst.shape)
-        dst._lazy = constant(cpu)._lazy
+        dst._lazy = tracer.constant(cpu)._lazy
     else:
         dst.copy_(src)
     return dst

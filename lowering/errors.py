@@ -53,9 +53,9 @@ def failing_op(diagnostics: str) -> str | None:
 
 
 def save_repro(stage: str, text: str, ext: str, directory: str | None = None) -> str:
-    """Write the input of a failing stage; returns the file path."""
-    base = Path(directory or os.environ.get("LAZYMLIR_REPRO_DIR") or tempfile.gettempdir())
+    """Write the input of a failing stage into `directory` (default: TMPDIR); returns the path."""
+    base = Path(directory or tempfile.gettempdir())
     base.mkdir(parents=True, exist_ok=True)
-    path = base / f"lazymlir-repro-{stage}-{os.getpid()}-{int(time.time() * 1000)}.{ext}"
+    path = base / f"lazymlir-repro-{stage}-{os.getpid()}-{time.time_ns()}.{ext}"
     path.write_text(text)
     return str(path)

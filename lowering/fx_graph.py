@@ -1,13 +1,19 @@
 """The `fx` stage: a traced graph in a stable, serializable form.
 
 The tracer records functional ATen ops. Here they are kept as a plain JSON
-document (inputs with shape/dtype, nodes with op name, arguments and output
-metadata, outputs), because that one form serves three jobs: it is the input
+document (inputs with shape/dtype, scalar inputs, nodes with op name,
+arguments and output metadata, outputs), because that one form serves three jobs: it is the input
 of the structural hash (stable across runs: no object ids), it is the file
 written to the dump folder and read back by `lazymlir-opt`, and it turns into
 a `torch.fx.GraphModule` whose nodes carry the fake-tensor metadata that
 torch-mlir's FX importer needs. We build the FX graph ourselves instead of
 calling `torch.export`, which took over a second for a small module.
+
+References to values are `{"ref": [kind, index, output]}` with kind `input`
+(a tensor input), `node` (output `output` of node `index`) or `scalar` (a
+Python number passed at run time, so a changing learning rate does not change
+the graph). In the FX graph a scalar input is a 0-d float64 placeholder read
+with `aten.item`, which torch-mlir lowers to a `tensor.extract`.
 """
 
 from __future__ import annotations
@@ -22,7 +28,8 @@ import torch.fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 FORMAT = "lazymlir-fx"
-VERSION = 1
+VERSION = 2
+SCALAR_DTYPE = torch.float64  # how scalar inputs cross the graph boundary
 
 _DTYPES = {str(d).removeprefix("torch."): d for d in (
     torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.int16,
@@ -83,8 +90,19 @@ def resolve_op(name: str) -> torch._ops.OpOverload:
     return getattr(getattr(getattr(torch.ops, namespace), op), overload)
 
 
+def output_metas(graph: dict) -> list[tuple[list[int], torch.dtype]]:
+    """(shape, dtype) of each graph output, in order."""
+    metas = []
+    for ref in graph["outputs"]:
+        kind, index, out = ref["ref"]
+        desc = graph["inputs"][index] if kind == "input" else graph["nodes"][index]["outputs"][out]
+        metas.append((desc["shape"], dtype_from_name(desc["dtype"])))
+    return metas
+
+
 def structural_hash(graph: dict, target: str) -> str:
-    """Hash of ops, shapes, dtypes and scalar arguments (never tensor values) and target."""
+    """Hash of ops, shapes, dtypes and static arguments and target (never tensor values,
+    never the values of scalar inputs)."""
     canonical = json.dumps(graph, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(f"{target}\n{canonical}".encode()).hexdigest()[:16]
 
@@ -124,11 +142,20 @@ def to_graph_module(graph: dict) -> torch.fx.GraphModule:
             else:
                 node.meta["val"] = fake(meta)
             inputs.append(node)
+        scalars = []
+        for i, _ in enumerate(graph.get("scalars", [])):
+            holder = fx.placeholder(f"scalar{i}")
+            holder.meta["val"] = torch.empty((), dtype=SCALAR_DTYPE)
+            item = fx.call_function(torch.ops.aten.item.default, (holder,))
+            item.meta["val"] = 1.0  # any float: the importer needs only its type
+            scalars.append(item)
         results: list[list[torch.fx.Node]] = []
 
         def arg(value: Any) -> Any:
             if isinstance(value, dict) and "ref" in value:
                 kind, index, out = value["ref"]
+                if kind == "scalar":
+                    return scalars[index]
                 return inputs[index] if kind == "input" else results[index][out]
             if isinstance(value, list):
                 return [arg(v) for v in value]

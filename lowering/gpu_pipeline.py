@@ -39,6 +39,7 @@ from mlir import ir, passmanager
 from mlir.dialects import arith, gpu, scf
 
 from .gpu_reductions import _cidx, _walk, split_reductions
+from .mlir_runner import PipelineFailure
 
 
 @dataclass
@@ -142,7 +143,7 @@ HOST_OK = {
 HOST_ARITH_OK = ("arith.",)
 
 
-class GpuLoweringError(RuntimeError):
+class GpuLoweringError(PipelineFailure):
     """The graph cannot be lowered for CUDA (message names the offending op)."""
 
 

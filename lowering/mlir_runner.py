@@ -14,7 +14,10 @@ from collections.abc import Callable
 
 
 class PipelineFailure(RuntimeError):
-    """A parse or pass failure, carrying the collected diagnostics text."""
+    """The compiler cannot handle this input: a parse or pass failure (with the
+    collected diagnostics), or a lowering limitation a stage reports itself.
+    Stages turn these (and only these) into LoweringErrors; any other exception
+    from lowering code is a bug and propagates as is."""
 
 
 class Bindings:
@@ -79,7 +82,9 @@ def run_pipeline(bindings: Bindings, text: str, pipeline: str | None,
                 before(module)
             if pipeline:
                 bindings.passmanager.PassManager.parse(pipeline).run(module.operation)
-    except Exception as error:  # noqa: BLE001  MLIRError, ValueError: keep diagnostics
+    except (bindings.ir.MLIRError, ValueError) as error:
+        # MLIRError: parse/verify/pass failures; ValueError: a malformed pipeline
+        # string. Python bugs in `before` rewrites are not caught here.
         detail = "\n".join(diagnostics)
         raise PipelineFailure(f"{detail}\n{error}".strip()) from None
     finally:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from . import contracts, cpu_pipeline, torch_stages
 from .errors import LoweringError, save_repro
@@ -63,7 +63,7 @@ _ALL = {
         Stage("loops", "mlir", lambda t, o: cpu_pipeline.to_loops(t),
               "CPU: scf loops over memrefs"),
         Stage("llvm", "mlir", lambda t, o: cpu_pipeline.to_llvm(t),
-              "CPU: LLVM dialect, ready for the JIT"),
+              "CPU: LLVM dialect, ready for mlir-translate + llc (lowering/cpu_codegen.py)"),
         Stage("gpu", "mlir", _gpu("to_gpu"),
               "CUDA: outlined gpu.module kernels mapped to blocks/threads + host launches"),
         Stage("plan", "mlir", _gpu("to_plan"),
@@ -137,12 +137,16 @@ class StageRecord:
 class Result:
     text: str                 # output of the last stage run
     stage: str                # its name
-    records: list[StageRecord] = field(default_factory=list)
 
 
 def run_stages(text: str, options: Options, *, start: str | None = None, stop: str | None = None,
-               on_stage: Callable[[StageRecord], None] | None = None) -> Result:
-    """Run the stages after `start` (detected from the text if None) up to `stop` (inclusive)."""
+               on_stage: Callable[[StageRecord], None] | None = None,
+               on_start: Callable[[str], None] | None = None) -> Result:
+    """Run the stages after `start` (detected from the text if None) up to `stop` (inclusive).
+
+    `on_start(name)` is called before each stage (the compile worker reports it,
+    so a native crash names its stage); `on_stage(record)` after each.
+    """
     names = stage_names(options.target)
     start = start or detect_stage(text)
     stop = stop or PIPELINES[options.target][-1]
@@ -157,25 +161,31 @@ def run_stages(text: str, options: Options, *, start: str | None = None, stop: s
         raise ValueError(f"stage '{stop}' comes before the input's stage '{start}'")
     result = Result(text, start)
     for name in names[first:last + 1]:
-        result.text = _run_one(stage(name), result.text, options, result, on_stage)
+        if on_start is not None:
+            on_start(name)
+        result.text = _run_one(stage(name), result.text, options, on_stage)
         result.stage = name
     return result
 
 
-def _run_one(st: Stage, text: str, options: Options, result: Result, on_stage) -> str:
+# What a stage may raise for "the compiler cannot do this" (anything else is a
+# bug in lazymlir and propagates unchanged): MLIR failures and lowering
+# limitations (PipelineFailure); torch-mlir's FX importer and FakeTensor
+# propagation report unsupported types/ops as NotImplementedError.
+_COMPILER_ERRORS = {"torch": (PipelineFailure, NotImplementedError)}
+
+
+def _run_one(st: Stage, text: str, options: Options, on_stage) -> str:
     began = time.perf_counter()
     try:
         module = st.run(text, options)
-        problem = contracts.check_contract(st.name, module.operation)
-    except (PipelineFailure, ValueError, NotImplementedError, RuntimeError) as error:
-        if isinstance(error, LoweringError):
-            raise
+    except _COMPILER_ERRORS.get(st.name, PipelineFailure) as error:
         raise _failure(st, text, options, str(error)) from None
+    problem = contracts.check_contract(st.name, module.operation)
     if problem:
         raise _failure(st, text, options, problem)
     out = marked(st.name, print_module(module))
     record = StageRecord(st.name, st.ext, out, time.perf_counter() - began)
-    result.records.append(record)
     if on_stage is not None:
         on_stage(record)
     return out

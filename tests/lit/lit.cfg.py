@@ -51,7 +51,7 @@ if shutil.which("ptxas"):
 # must not slow down or break test discovery).
 _probe = subprocess.run(
     [sys.executable, "-c",
-     "from lazymlir.runtime.cuda_backend import unavailable_reason as u; "
+     "from lazymlir.targets.cuda import unavailable_reason as u; "
      "import sys; sys.exit(0 if u() is None else 1)"],
     capture_output=True, timeout=120)
 if _probe.returncode == 0:

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from lazymlir.runtime import cuda
-from lazymlir.runtime.cuda import CudaError, CudaRuntime, LaunchPlan, fake
+import lazymlir
+from lazymlir.targets import cuda_driver as cuda
+from lazymlir.targets.cuda_driver import CudaError, CudaRuntime, LaunchPlan, fake
 
 # A PTX module whose entry signatures the fake driver decodes launches with.
 FAKE_PTX = """
@@ -80,14 +81,15 @@ def test_library_loads():
 
 def test_missing_library_names_searched_places(monkeypatch, tmp_path):
     monkeypatch.setattr(cuda, "_lib", None)
-    monkeypatch.setattr(cuda, "_candidates", lambda: [tmp_path / "nope.so"])
+    monkeypatch.setattr(cuda, "_candidates", lambda explicit=None: [tmp_path / "nope.so"])
     with pytest.raises(CudaError, match=r"not found; searched: .*nope\.so"):
         cuda.load_library()
 
 
 def test_env_override_is_searched_first(monkeypatch, tmp_path):
     monkeypatch.setenv("LAZYMLIR_RUNTIME_LIB", str(tmp_path))
-    assert cuda._candidates()[0] == tmp_path / "liblazymlir_cuda_runtime.so"
+    explicit = lazymlir.config.reload().runtime_lib
+    assert cuda._candidates(explicit)[0] == tmp_path / "liblazymlir_cuda_runtime.so"
 
 
 @pytest.mark.skipif(ctypes.util.find_library("cuda") is not None,

@@ -14,10 +14,10 @@ import pytest
 import torch
 
 import lazymlir  # noqa: F401  registers the device
-from lazymlir.compiler import output_metas
-from lazymlir.lowering import fx_graph, stages
-from lazymlir.runtime import cuda
-from lazymlir.runtime.cuda_backend import CudaExecutable
+from lazymlir.lowering import artifacts, fx_graph, stages
+from lazymlir.lowering.fx_graph import output_metas
+from lazymlir.targets import cuda_driver as cuda
+from lazymlir.targets.cuda import CudaTarget, unavailable_reason
 
 
 def _mlp_graph() -> dict:
@@ -54,7 +54,9 @@ def test_graph_compiles_to_ptx_and_runs_on_fake_driver(fake_runtime, tmp_path):
     graph = _mlp_graph()
     result = stages.run_stages(json.dumps(graph), stages.Options(target="cuda"), start="fx")
     assert result.stage == "ptx"
-    exe = CudaExecutable.from_stage_text(result.text, output_metas(graph), fake_runtime)
+    artifact = artifacts.package("cuda", result.text, tmp_path / "artifact")
+    target = CudaTarget(fake_runtime)
+    exe = target.load(artifact, output_metas(graph))
     assert exe.kernels and all(kind in ("ptx", "cubin") for _, _, kind in exe.kernels)
     inputs = [fake_runtime.copy_in(torch.randn(m["shape"])) for m in graph["inputs"]]
     outputs = exe.run(inputs)
@@ -62,8 +64,9 @@ def test_graph_compiles_to_ptx_and_runs_on_fake_driver(fake_runtime, tmp_path):
     launches = cuda.fake.launches()
     assert launches, "the plan launched no kernel"
     assert all(max(launch["grid"]) * max(launch["block"]) > 1 for launch in launches)
-    exe.save(tmp_path)
-    again = CudaExecutable.load(tmp_path, output_metas(graph), fake_runtime)
+    assert target.is_complete(artifact)
+    # What the disk cache keeps is the artifact folder; loading it parses no IR.
+    again = target.load(artifact, output_metas(graph))
     assert again.plan_text == exe.plan_text
     assert [k[1] for k in again.kernels] == [k[1] for k in exe.kernels]
 
@@ -83,6 +86,4 @@ def test_auto_target_picks_cpu_without_driver():
     env = dict(os.environ, LAZYMLIR_TARGET="auto")
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    from lazymlir.runtime.cuda_backend import unavailable_reason
-
     assert done.stdout.strip() == ("cpu" if unavailable_reason() else "cuda")

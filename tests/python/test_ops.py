@@ -284,7 +284,7 @@ FALLBACK_CASES = [
 @pytest.mark.parametrize("op,fn,inputs", [pytest.param(o, f, i, id=n)
                                           for n, o, f, i in FALLBACK_CASES])
 def test_fallback_is_counted_and_correct(op, fn, inputs):
-    lazymlir.fallback._warned.discard(op)  # warned once per op per process
+    lazymlir.session.current().warned.discard(op)  # warned once per op per process
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         compare_with_eager(fn, *inputs)

@@ -1,22 +1,24 @@
-"""The inner lazy tensor: a wrapper subclass whose ops are recorded, not run.
+"""Lazy values and the inner lazy tensor: a wrapper subclass whose ops are recorded.
 
-Users never hold these directly: every `lazy_mlir` tensor they see is a
-PyTorch FunctionalTensorWrapper (functionalization runs above us), and the
+Users never hold a `LazyTensor` directly: every `lazy_mlir` tensor they see is
+a PyTorch FunctionalTensorWrapper (functionalization runs above us), and the
 wrapper's inner value is a `LazyTensor`. So the tracer only ever sees
 functional ATen ops (`add.Tensor`, `select_copy.int`, `select_scatter`, ...).
 
-A `LazyTensor` points at a `LazyValue`, an SSA value: either pending (made by
-a `Node` of the trace) or materialized (holding backend data). Values are
-immutable, which is what functionalization guarantees, so several tensors may
-share one value (detach, clone, same-dtype copies) without copying.
+A `LazyTensor` points at a `LazyValue`, an SSA value in one of three states:
+pending (made by a `Node` of the trace), materialized (holding target data),
+or failed (its graph failed to compile or run: reading it raises that error).
+Values are immutable, which functionalization guarantees, so several tensors
+may share one value (detach, clone, same-dtype copies) without copying.
 """
 
 from __future__ import annotations
 
 import itertools
-import weakref
 
 import torch
+
+from .. import session
 
 DEVICE = "lazy_mlir:0"  # a string: torch.device() needs PrivateUse1 renamed first
 
@@ -37,15 +39,16 @@ class Node:
 
 
 class LazyValue:
-    """An immutable tensor value: pending (node, index) or materialized (data)."""
+    """An immutable tensor value: pending (node, index), materialized (data) or failed."""
 
-    __slots__ = ("meta", "node", "index", "data", "__weakref__")
+    __slots__ = ("meta", "node", "index", "data", "error", "__weakref__")
 
     def __init__(self, meta: torch.Tensor, node: Node | None = None, index: int = 0, data=None):
         self.meta = meta
         self.node = node
         self.index = index
         self.data = data
+        self.error: BaseException | None = None
 
     @property
     def pending(self) -> bool:
@@ -56,9 +59,15 @@ class LazyValue:
         self.data = data
         self.node = None
 
+    def failed(self, error: BaseException) -> None:
+        # No traceback kept: it would hold the frames (and their tensors) alive.
+        self.error = error.with_traceback(None)
+        self.node = None
 
-# Inner tensors alive right now; mark_step materializes the pending ones.
-_live: weakref.WeakSet[LazyTensor] = weakref.WeakSet()
+    def check(self) -> None:
+        """Raise the error of the graph that failed to produce this value."""
+        if self.error is not None:
+            raise self.error
 
 
 class LazyTensor(torch.Tensor):
@@ -73,18 +82,16 @@ class LazyTensor(torch.Tensor):
             cls, meta.shape, meta.stride(), dtype=meta.dtype, device=DEVICE,
             requires_grad=False)
         tensor._lazy = value
-        _live.add(tensor)
+        session.current().live.add(tensor)
         return tensor
 
     def __repr__(self) -> str:  # never syncs: used in error messages and debuggers
-        state = "pending" if self._lazy.pending else "materialized"
+        value = self._lazy
+        state = "pending" if value.pending else ("failed" if value.error else "materialized")
         return f"LazyTensor({tuple(self.shape)}, {self.dtype}, {state})"
 
-    @classmethod
-    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        from . import tracer
-
-        return tracer.dispatch(func, args, kwargs or {})
+    # __torch_dispatch__ is installed by the tracer (tracing/tracer.py), which
+    # sits above this module.
 
 
 def meta_like(shape, dtype) -> torch.Tensor:
@@ -94,7 +101,7 @@ def meta_like(shape, dtype) -> torch.Tensor:
 
 def live_pending_values() -> list[LazyValue]:
     seen: dict[int, LazyValue] = {}
-    for tensor in list(_live):
+    for tensor in list(session.current().live):
         value = tensor._lazy
         if value.pending:
             seen.setdefault(id(value), value)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ctypes
 import glob
-import os
 import site
 import struct
 import sysconfig
@@ -49,11 +48,14 @@ class PlanInfo(ctypes.Structure):
                                              "num_launches", "num_ops")]
 
 
-def _candidates() -> list[Path]:
-    """Where the library may be, in search order (see docs/cuda_runtime.md)."""
+def _candidates(explicit: str | None = None) -> list[Path]:
+    """Where the library may be, in search order (see docs/cuda_runtime.md).
+
+    `explicit` is LAZYMLIR_RUNTIME_LIB (a file or its folder), read by the settings.
+    """
     found = []
-    if env := os.environ.get("LAZYMLIR_RUNTIME_LIB"):
-        p = Path(env)
+    if explicit:
+        p = Path(explicit)
         found.append(p / _LIB_NAME if p.is_dir() else p)
     pkg = Path(__file__).resolve().parent.parent  # the lazymlir package
     found.append(pkg / "_lib" / _LIB_NAME)
@@ -101,11 +103,11 @@ def _declare(lib: ctypes.CDLL) -> None:
 _lib: ctypes.CDLL | None = None
 
 
-def load_library() -> ctypes.CDLL:
+def load_library(explicit: str | None = None) -> ctypes.CDLL:
     """Loads the native runtime once; raises CudaError naming the searched places."""
     global _lib
     if _lib is None:
-        places = _candidates()
+        places = _candidates(explicit)
         path = next((p for p in places if p.is_file()), None)
         if path is None:
             raise CudaError(f"{_LIB_NAME} not found; searched: "
@@ -147,8 +149,9 @@ class CudaRuntime:
         self._handle, self._lib = handle, lib
 
     @classmethod
-    def create(cls, fake: bool = False, ordinal: int = 0) -> CudaRuntime:
-        lib = load_library()
+    def create(cls, fake: bool = False, ordinal: int = 0,
+               library: str | None = None) -> CudaRuntime:
+        lib = load_library(library)
         h = _vp()
         _check(lib.lzrt_runtime_create(int(fake), ordinal, ctypes.byref(h)))
         return cls(h.value, lib)

@@ -1,0 +1,101 @@
+"""The compiler driver: an fx-stage graph -> an artifact folder, through the stage registry.
+
+These functions run inside the compile worker (execution/worker_main.py), or
+in-process with LAZYMLIR_COMPILE_WORKER=0. `compile_graph` runs every stage of
+the target's pipeline (lowering/stages.py), writes each stage's output and a
+manifest to the dump folder when asked, and packages the last stage's text as
+an artifact (lowering/artifacts.py). `probe` answers "does this one-op graph
+lower?" by running the MLIR stages only.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..lowering import artifacts, fx_graph, stages
+from ..lowering.errors import LoweringError, save_repro
+from ..support.errors import CompileError
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    target: str
+    chip: str = "sm_90"
+    repro_dir: str | None = None      # where a failing stage's input is written (TMPDIR)
+    dump_dir: str | None = None       # write <dump_dir>/<NN>-<stage>.<ext> + manifest.json
+    sync_location: str = "<unknown>"  # the user's line that caused this compile (manifest)
+
+    def stage_options(self) -> stages.Options:
+        return stages.Options(target=self.target, chip=self.chip,
+                              repro_dir=self.dump_dir or self.repro_dir)
+
+
+def _compile_error(error: LoweringError) -> CompileError:
+    return CompileError(str(error), stage=error.stage, target=error.target, op=error.op,
+                        reproducer=error.reproducer)
+
+
+def compile_graph(fx_text: str, key: str, options: CompileOptions, out_dir: str,
+                  on_start=None) -> dict[str, float]:
+    """Run every stage and write the artifact into `out_dir`; returns per-stage seconds."""
+    names = stages.PIPELINES[options.target]
+    dump = Path(options.dump_dir) if options.dump_dir else None
+    timings: dict[str, float] = {}
+    began = time.perf_counter()
+    if dump is not None:
+        dump.mkdir(parents=True, exist_ok=True)
+        (dump / f"00-fx.{stages.stage('fx').ext}").write_text(fx_text)
+
+    def on_stage(record: stages.StageRecord) -> None:
+        timings[record.name] = record.seconds
+        if dump is not None:
+            (dump / f"{names.index(record.name):02d}-{record.name}.{record.ext}").write_text(
+                record.text)
+
+    try:
+        result = stages.run_stages(fx_text, options.stage_options(), start="fx",
+                                   on_stage=on_stage, on_start=on_start)
+    except LoweringError as error:
+        raise _compile_error(error) from None
+    if on_start is not None:
+        on_start("package")
+    package_began = time.perf_counter()
+    artifacts.package(options.target, result.text, Path(out_dir))
+    timings["package"] = time.perf_counter() - package_began
+    timings["total"] = time.perf_counter() - began
+    if dump is not None:
+        graph = fx_graph.loads(fx_text)
+        manifest = {
+            "graph_hash": key,
+            "target": options.target,
+            "sync_location": options.sync_location,
+            "stages": list(names),
+            "timings_ms": {k: round(v * 1e3, 3) for k, v in timings.items()},
+            "num_inputs": len(graph["inputs"]),
+            "num_scalars": len(graph.get("scalars", [])),
+            "num_nodes": len(graph["nodes"]),
+            "num_outputs": len(graph["outputs"]),
+        }
+        (dump / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    return timings
+
+
+def probe(fx_text: str, options: CompileOptions, on_start=None) -> str | None:
+    """None if the graph lowers through every MLIR stage of the target, else why not."""
+    stop = "llvm" if options.target == "cpu" else "plan"
+    try:
+        stages.run_stages(fx_text, options.stage_options(), start="fx", stop=stop,
+                          on_start=on_start)
+    except LoweringError as error:
+        if error.repro_file:  # a probe's failure is expected: keep TMPDIR clean
+            Path(error.repro_file).unlink(missing_ok=True)
+        return f"stage '{error.stage}': {error.detail}"
+    return None
+
+
+def save_repro_input(fx_text: str, options: CompileOptions) -> str:
+    """Write a graph that crashed the compiler, for `lazymlir-opt --target=.. FILE`."""
+    return save_repro("fx", fx_text, stages.stage("fx").ext, options.repro_dir)

@@ -1,0 +1,360 @@
+"""The graph executor: one owner for what happens to a graph at a sync point.
+
+    execute(graph, inputs, scalars) -> outputs
+
+hashes the graph, finds its plan in the graph cache (memory, then disk), or
+makes one: compile the whole graph in the compile worker; if that fails and
+eager fallback is allowed, probe the graph's ops one by one (verdicts are
+cached per op signature, in memory and next to the disk cache), and split the
+graph around the ops that do not lower: compiled segments run as their own
+(cached) graphs, the others run eagerly with PyTorch on CPU, counted. A plan
+is cached under the graph's hash either way, so a training step that needs a
+fallback is probed once, not every step.
+
+Errors that reach the caller are lazymlir errors (CompileError,
+CompilerCrashError) or the eager op's own error; the tracing layer marks the
+graph's values failed with it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import traceback
+from pathlib import Path
+
+import torch
+
+from .. import session, targets
+from ..lowering import fx_graph
+from ..support.errors import CompileError
+from . import fallback, graph_cache
+from .compiler import CompileOptions, compile_graph, probe
+from .worker import CompileWorker
+
+log = logging.getLogger("lazymlir.executor")
+
+
+def execute(graph: dict, inputs: list, scalars: list[float]) -> list:
+    """Run `graph` on target buffers `inputs` and scalar values; returns output buffers."""
+    current = session.current()
+    target = targets.active()
+    key = fx_graph.structural_hash(graph, target.name)
+    with current.lock:
+        plan = _plan(current, target, graph, key)
+    with current.metrics.timed("ExecuteTime"):
+        return plan.run(target, inputs, scalars)
+
+
+def _cache(current) -> graph_cache.GraphCache:
+    if current.graph_cache is None:
+        current.graph_cache = graph_cache.GraphCache(current.settings.graph_cache_size)
+    return current.graph_cache
+
+
+def _plan(current, target, graph: dict, key: str):
+    cache = _cache(current)
+    plan = cache.get(key)
+    if plan is not None:
+        current.metrics.inc("CachedCompile")
+        return plan
+    plan = _make_plan(current, target, graph, key)
+    cache.put(key, plan)
+    return plan
+
+
+def _make_plan(current, target, graph: dict, key: str):
+    text = fx_graph.dumps(graph)
+    entry = graph_cache.disk_entry(current.settings.cache_dir, key, target.name)
+    artifact = graph_cache.load_artifact(entry, text, target.is_complete)
+    if artifact is not None:
+        try:
+            plan = Compiled(target.load(artifact, fx_graph.output_metas(graph)))
+            current.metrics.inc("CachedCompile")
+            current.metrics.inc("DiskCacheHit")
+            return plan
+        except (OSError, ValueError) as error:
+            log.warning("ignoring unreadable cache entry %s: %s", artifact, error)
+    current.metrics.inc("UncachedCompile")
+    try:
+        with current.metrics.timed("CompileTime"):
+            artifact = _compile(current, target, text, key)
+    except CompileError as error:
+        if not fallback.allowed():
+            raise
+        return _partition(current, target, graph, error)
+    graph_cache.save_artifact(entry, artifact, text)
+    return Compiled(target.load(artifact, fx_graph.output_metas(graph)))
+
+
+# ------------------------------------------------------------- compiling
+
+def _options(current, target, key: str | None) -> CompileOptions:
+    settings = current.settings
+    root = current.dump_dirs[-1] if current.dump_dirs else settings.dump_dir
+    return CompileOptions(
+        target=target.name, chip=settings.cuda_chip, repro_dir=settings.repro_dir,
+        dump_dir=str(Path(root) / key) if root and key else None,
+        sync_location=_sync_location() if root else "<unknown>")
+
+
+def _worker_request(current, kind: str, payload: dict):
+    if not current.settings.compile_worker:
+        function = compile_graph if kind == "compile" else probe
+        return function(**payload)
+    if current.worker is None:
+        current.worker = CompileWorker(current.metrics)
+    return current.worker.request(kind, payload)
+
+
+def _compile(current, target, text: str, key: str) -> Path:
+    out_dir = Path(current.scratch_dir()) / key
+    timings = _worker_request(current, "compile", {
+        "fx_text": text, "key": key, "options": _options(current, target, key),
+        "out_dir": str(out_dir)})
+    log.debug("compiled graph %s for %s in %.1f ms", key, target.name,
+              1e3 * timings.get("total", 0.0))
+    return out_dir
+
+
+def _verdict(current, target, graph: dict) -> str | None:
+    """Why this (one-op) graph does not lower for `target`, or None; cached in memory and
+    next to the disk cache, since the answer depends only on the op signature."""
+    key = fx_graph.structural_hash(graph, target.name)
+    if (target.name, key) in current.verdicts:
+        return current.verdicts[(target.name, key)]
+    stored = Path(current.settings.cache_dir, "verdicts", key) \
+        if current.settings.cache_dir else None
+    if stored is not None and stored.exists():
+        verdict = stored.read_text() or None
+    else:
+        try:
+            verdict = _worker_request(current, "probe", {
+                "fx_text": fx_graph.dumps(graph), "options": _options(current, target, None)})
+        except CompileError as crash:  # the compiler crashed on this op: it does not lower
+            verdict = str(crash)
+        if stored is not None:
+            try:
+                stored.parent.mkdir(parents=True, exist_ok=True)
+                stored.write_text(verdict or "")
+            except OSError:
+                pass
+    current.verdicts[(target.name, key)] = verdict
+    return verdict
+
+
+# ------------------------------------------------------------- partitions
+
+def _op_name(node: dict) -> str:
+    return fx_graph.resolve_op(node["op"])._schema.name
+
+
+def _blamed(error: CompileError, node: dict) -> bool:
+    """Whether the compile error names this node's op (torch.aten.foo ~ aten.foo.overload)."""
+    if not error.op:
+        return False
+    return error.op.removeprefix("torch.").replace(".", "::", 1).split(".")[0] == _op_name(node)
+
+
+def _partition(current, target, graph: dict, error: CompileError):
+    nodes = graph["nodes"]
+    order = sorted(range(len(nodes)), key=lambda i: not _blamed(error, nodes[i]))
+    blamed = [i for i in order if _blamed(error, nodes[i])]
+    reasons: dict[int, str] = {}
+    # The op the error names is probed first; if it alone fails, the rest are
+    # not probed (a later segment compile would partition again if needed).
+    for group in ([i for i in order if i in blamed], [i for i in order if i not in blamed]):
+        for i in group:
+            verdict = _verdict(current, target, single_node_graph(graph, i))
+            if verdict is not None:
+                reasons[i] = verdict
+        if reasons:
+            break
+    if not reasons:
+        raise error  # no single op is to blame: the graph as a whole does not lower
+    log.info("graph falls back for ops %s", sorted({_op_name(nodes[i]) for i in reasons}))
+    return Partitioned(graph, reasons)
+
+
+def _refs(value):
+    if isinstance(value, dict) and "ref" in value:
+        yield tuple(value["ref"])
+    elif isinstance(value, list):
+        for item in value:
+            yield from _refs(item)
+
+
+def _node_refs(node: dict):
+    for value in (*node["args"], *node["kwargs"].values()):
+        yield from _refs(value)
+
+
+def _remap(value, mapping: dict):
+    if isinstance(value, dict) and "ref" in value:
+        return {"ref": list(mapping[tuple(value["ref"])])}
+    if isinstance(value, list):
+        return [_remap(item, mapping) for item in value]
+    return value
+
+
+def _ref_desc(graph: dict, ref: tuple) -> dict:
+    kind, index, out = ref
+    if kind == "input":
+        return graph["inputs"][index]
+    if kind == "scalar":
+        return graph["scalars"][index]
+    return graph["nodes"][index]["outputs"][out]
+
+
+def subgraph(graph: dict, indices: list[int], outputs: list[tuple]) -> tuple[dict, list[tuple]]:
+    """The graph of nodes `indices` computing `outputs`, and the outer refs it reads
+    (in its input order: tensors first, then scalars)."""
+    inside = set(indices)
+    mapping: dict[tuple, tuple] = {}
+    tensor_refs: list[tuple] = []
+    scalar_refs: list[tuple] = []
+    for position, i in enumerate(indices):
+        for ref in _node_refs(graph["nodes"][i]):
+            if ref in mapping or (ref[0] == "node" and ref[1] in inside):
+                continue
+            if ref[0] == "scalar":
+                mapping[ref] = ("scalar", len(scalar_refs), 0)
+                scalar_refs.append(ref)
+            else:
+                mapping[ref] = ("input", len(tensor_refs), 0)
+                tensor_refs.append(ref)
+        for out in range(len(graph["nodes"][i]["outputs"])):
+            mapping[("node", i, out)] = ("node", position, out)
+    nodes = [{**graph["nodes"][i],
+              "args": [_remap(a, mapping) for a in graph["nodes"][i]["args"]],
+              "kwargs": {k: _remap(v, mapping) for k, v in graph["nodes"][i]["kwargs"].items()}}
+             for i in indices]
+    sub = {
+        "format": graph["format"], "version": graph["version"],
+        "inputs": [_ref_desc(graph, r) for r in tensor_refs],
+        "scalars": [_ref_desc(graph, r) for r in scalar_refs],
+        "nodes": nodes,
+        "outputs": [{"ref": list(mapping[r])} for r in outputs],
+    }
+    return sub, tensor_refs + scalar_refs
+
+
+def single_node_graph(graph: dict, index: int) -> dict:
+    """Node `index` alone, on fresh inputs: what a probe compiles."""
+    outputs = [("node", index, k) for k in range(len(graph["nodes"][index]["outputs"]))]
+    return subgraph(graph, [index], outputs)[0]
+
+
+# ------------------------------------------------------------- plans
+
+class Compiled:
+    """The whole graph is one executable; scalars are passed as 0-d float64 inputs."""
+
+    def __init__(self, executable):
+        self.executable = executable
+
+    def run(self, target, inputs: list, scalars: list[float]) -> list:
+        scalar_data = [target.upload(torch.tensor(s, dtype=fx_graph.SCALAR_DTYPE))
+                       for s in scalars]
+        return self.executable.run(list(inputs) + scalar_data)
+
+
+class Partitioned:
+    """Compiled segments between ops that run eagerly (on CPU, counted)."""
+
+    def __init__(self, graph: dict, eager: dict[int, str]):
+        self.graph = graph
+        self.eager = eager  # node index -> why it does not lower
+        nodes = graph["nodes"]
+        needed_later: dict[tuple, int] = {}  # ref -> last node index reading it
+        for i, node in enumerate(nodes):
+            for ref in _node_refs(node):
+                needed_later[ref] = i
+        graph_outputs = {tuple(o["ref"]) for o in graph["outputs"]}
+        self.steps: list = []
+        segment: list[int] = []
+
+        def close_segment(next_index: int) -> None:
+            if not segment:
+                return
+            outs = [("node", i, k) for i in segment for k in range(len(nodes[i]["outputs"]))
+                    if ("node", i, k) in graph_outputs
+                    or needed_later.get(("node", i, k), -1) >= next_index]
+            sub, reads = subgraph(graph, list(segment), outs)
+            self.steps.append(("compiled", sub, reads, outs))
+            segment.clear()
+
+        for i in range(len(nodes)):
+            if i in eager:
+                close_segment(i)
+                self.steps.append(("eager", i))
+            else:
+                segment.append(i)
+        close_segment(len(nodes))
+
+    def run(self, target, inputs: list, scalars: list[float]) -> list:
+        env: dict[tuple, object] = {("input", i, 0): data for i, data in enumerate(inputs)}
+        env.update({("scalar", i, 0): value for i, value in enumerate(scalars)})
+        for step in self.steps:
+            if step[0] == "compiled":
+                _, sub, reads, outs = step
+                results = execute(sub, [env[r] for r in reads if r[0] != "scalar"],
+                                  [env[r] for r in reads if r[0] == "scalar"])
+                env.update(zip(outs, results))
+            else:
+                self._run_eager(target, step[1], env)
+        return [env[tuple(o["ref"])] for o in self.graph["outputs"]]
+
+    def _run_eager(self, target, index: int, env: dict) -> None:
+        node = self.graph["nodes"][index]
+        op = fx_graph.resolve_op(node["op"])
+
+        def decode(value):
+            if isinstance(value, dict) and "ref" in value:
+                ref = tuple(value["ref"])
+                if ref[0] == "scalar":
+                    return env[ref]
+                desc = _ref_desc(self.graph, ref)
+                meta = torch.empty(desc["shape"], dtype=fx_graph.dtype_from_name(desc["dtype"]),
+                                   device="meta")
+                return target.download(env[ref], meta)
+            if isinstance(value, list):
+                return [decode(v) for v in value]
+            return fx_graph.decode_scalar(value)
+
+        fallback.count(op._schema.name, self.eager[index])
+        out = op(*[decode(a) for a in node["args"]],
+                 **{k: decode(v) for k, v in node["kwargs"].items()})
+        outs = [o for o in (out if isinstance(out, (list, tuple)) else [out])
+                if isinstance(o, torch.Tensor)]
+        for k, tensor in enumerate(outs):
+            env[("node", index, k)] = target.upload(tensor.contiguous())
+
+
+# ------------------------------------------------------------- dumps
+
+class dump_to:
+    """Context manager: dump every graph compiled inside it to `directory`."""
+
+    def __init__(self, directory: str | os.PathLike):
+        self.directory = str(directory)
+
+    def __enter__(self):
+        session.current().dump_dirs.append(self.directory)
+        return Path(self.directory)
+
+    def __exit__(self, *exc):
+        session.current().dump_dirs.pop()
+        return False
+
+
+def _sync_location() -> str:
+    """The user's frame that triggered this compile (outside lazymlir and torch)."""
+    package = str(Path(__file__).resolve().parent.parent)
+    lowering = str(Path(fx_graph.__file__).resolve().parent)
+    torch_root = str(Path(torch.__file__).resolve().parent)
+    for frame in reversed(traceback.extract_stack()):
+        path = str(Path(frame.filename).resolve())
+        if not path.startswith((package, lowering, torch_root)):
+            return f"{frame.filename}:{frame.lineno} in {frame.name}"
+    return "<unknown>"

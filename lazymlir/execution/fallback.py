@@ -1,0 +1,29 @@
+"""Counted eager fallback: run one ATen op with PyTorch on CPU tensors.
+
+Every fallback is counted as `aten::<op>` (and `FallbackOps`) in the metrics
+and warned about once per op and session (LAZYMLIR_FALLBACK=warn), so a
+missing lowering is never silent. LAZYMLIR_FALLBACK=error forbids fallbacks
+for ops that could have been compiled: the compile error surfaces instead.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from .. import session
+
+
+def allowed() -> bool:
+    return session.current().settings.fallback != "error"
+
+
+def count(name: str, reason: str | None = None) -> None:
+    """Record one eager run of op `name` ('aten::nonzero'), warning once per op."""
+    current = session.current()
+    current.metrics.inc(name)
+    current.metrics.inc("FallbackOps")
+    if name not in current.warned and current.settings.fallback == "warn":
+        current.warned.add(name)
+        why = f": {reason.splitlines()[0]}" if reason else ""
+        warnings.warn(f"lazymlir: {name} has no lowering here and runs eagerly on CPU "
+                      f"(counted as metrics '{name}'){why}", stacklevel=5)

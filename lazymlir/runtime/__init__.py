@@ -1,1 +1,0 @@
-"""Runtimes that execute compiled graphs: CPU (MLIR ExecutionEngine) and CUDA (C++)."""

@@ -1,0 +1,73 @@
+"""The session: one owner for the state that lives as long as the process.
+
+Settings, metrics, the active target, the graph cache, probe verdicts (keyed
+by target), the fallback warnings already given, the compile worker and the
+set of live lazy tensors all hang off one `Session`. Layers fill the fields
+they own on first use (`execution` the cache and worker, `targets` the
+target); nothing else in the package keeps module-level mutable state.
+`reset()` closes the compile worker and starts a fresh session (the tests use
+it between cases instead of poking private state).
+"""
+
+from __future__ import annotations
+
+import atexit
+import shutil
+import tempfile
+import threading
+import weakref
+from typing import Any
+
+from .support.metrics_store import Metrics
+from .support.settings import Settings, from_env
+
+
+class Session:
+    def __init__(self, settings: Settings | None = None):
+        self.settings: Settings = settings or from_env()
+        self.metrics = Metrics()
+        self.target: Any = None               # targets.Target, resolved on first use
+        self.graph_cache: Any = None          # execution.graph_cache.GraphCache
+        self.worker: Any = None               # execution.worker.CompileWorker
+        self.verdicts: dict[tuple, str | None] = {}  # (target, op signature) -> why not / None
+        self.static_scalar_ops: set[str] = set()  # ops whose scalars must stay constants
+        self.warned: set[str] = set()         # fallback ops already warned about
+        self.dump_dirs: list[str] = []        # stack of lazymlir.dump_to() folders
+        # Inner lazy tensors alive right now: mark_step materializes the pending ones.
+        self.live: weakref.WeakSet = weakref.WeakSet()
+        # Tracing is per thread; graph building and execution take this lock.
+        self.lock = threading.RLock()
+        self.scratch: str | None = None       # compile outputs of this process (removed at exit)
+
+    def scratch_dir(self) -> str:
+        if self.scratch is None:
+            self.scratch = tempfile.mkdtemp(prefix="lazymlir-")
+        return self.scratch
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
+            self.worker = None
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            self.scratch = None
+
+
+_current = Session()
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    _current.close()
+
+
+def current() -> Session:
+    return _current
+
+
+def reset(settings: Settings | None = None) -> Session:
+    """Close the current session and start a fresh one (new settings read from the env)."""
+    global _current
+    _current.close()
+    _current = Session(settings)
+    return _current

@@ -1,0 +1,72 @@
+"""Every LAZYMLIR_* setting, declared once and typed.
+
+`from_env()` reads them; the session (lazymlir/session.py) holds the current
+values, `lazymlir.config.settings()` returns them, and tests or the API may
+override fields.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+
+_TARGETS = ("auto", "cpu", "cuda")
+_LOG_LEVELS = ("debug", "info", "warning", "error")
+_FALLBACK = ("warn", "silent", "error")
+_BOOLS = {"1": True, "true": True, "yes": True, "on": True,
+          "0": False, "false": False, "no": False, "off": False}
+
+
+@dataclass
+class Settings:
+    target: str = "auto"          # LAZYMLIR_TARGET: auto (cuda where usable, else cpu), cpu, cuda
+    dump_dir: str | None = None   # LAZYMLIR_DUMP_DIR: write <dir>/<graph-hash>/<NN>-<stage>.<ext>
+    cache_dir: str | None = None  # LAZYMLIR_CACHE_DIR: on-disk cache of compiled executables
+    log_level: str = "warning"    # LAZYMLIR_LOG_LEVEL: debug|info|warning|error
+    fallback: str = "warn"        # LAZYMLIR_FALLBACK: warn (once per op) | silent | error
+    cuda_chip: str = "sm_90"      # LAZYMLIR_CUDA_CHIP: PTX/cubin architecture
+    graph_cache_size: int = 1024  # LAZYMLIR_GRAPH_CACHE_SIZE: compiled graphs kept in memory
+    repro_dir: str | None = None  # LAZYMLIR_REPRO_DIR: where failing stage inputs go (TMPDIR)
+    runtime_lib: str | None = None  # LAZYMLIR_RUNTIME_LIB: the CUDA runtime .so (or its folder)
+    compile_worker: bool = True   # LAZYMLIR_COMPILE_WORKER: 0 compiles in-process (debugging)
+
+
+_ENV = {
+    "target": "LAZYMLIR_TARGET",
+    "dump_dir": "LAZYMLIR_DUMP_DIR",
+    "cache_dir": "LAZYMLIR_CACHE_DIR",
+    "log_level": "LAZYMLIR_LOG_LEVEL",
+    "fallback": "LAZYMLIR_FALLBACK",
+    "cuda_chip": "LAZYMLIR_CUDA_CHIP",
+    "graph_cache_size": "LAZYMLIR_GRAPH_CACHE_SIZE",
+    "repro_dir": "LAZYMLIR_REPRO_DIR",
+    "runtime_lib": "LAZYMLIR_RUNTIME_LIB",
+    "compile_worker": "LAZYMLIR_COMPILE_WORKER",
+}
+_CHOICES = {"target": _TARGETS, "log_level": _LOG_LEVELS, "fallback": _FALLBACK}
+
+
+
+def from_env() -> Settings:
+    values = {}
+    for f in fields(Settings):
+        raw = os.environ.get(_ENV[f.name])
+        if raw is None or raw == "":
+            continue
+        if isinstance(f.default, bool):
+            if raw.lower() not in _BOOLS:
+                raise ValueError(f"{_ENV[f.name]}={raw!r} is not one of: 1, 0, true, false")
+            values[f.name] = _BOOLS[raw.lower()]
+        elif isinstance(f.default, int):
+            try:
+                values[f.name] = int(raw)
+            except ValueError:
+                raise ValueError(f"{_ENV[f.name]}={raw!r} is not an integer") from None
+            if values[f.name] < 1:
+                raise ValueError(f"{_ENV[f.name]}={raw!r} must be at least 1")
+        else:
+            values[f.name] = raw.lower() if f.name in _CHOICES else raw
+        choices = _CHOICES.get(f.name)
+        if choices and values[f.name] not in choices:
+            raise ValueError(f"{_ENV[f.name]}={raw!r} is not one of: {', '.join(choices)}")
+    return Settings(**values)

@@ -1,0 +1,50 @@
+"""The one interface every target implements.
+
+A target owns where lazy values live and how a compiled graph runs:
+
+    upload(cpu_tensor) -> data          host tensor -> target buffer
+    download(data, meta) -> cpu_tensor  target buffer -> host tensor
+    load(artifact_dir, output_metas) -> Executable
+                                        a compiled artifact (what lowering.artifacts
+                                        wrote into a folder) -> something that runs
+    Executable.run(list[data]) -> list[data]
+
+Targets never parse compiler IR and never import the compiler: the lowering
+hands them a folder of files (a `.so`; or kernels + a launch plan), which is
+also exactly what the disk cache keeps.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from pathlib import Path
+
+import torch
+
+OutputMetas = list[tuple[list[int], torch.dtype]]
+
+
+class Executable(ABC):
+    @abstractmethod
+    def run(self, inputs: list) -> list:
+        """Run on target buffers (graph inputs, in order); returns the output buffers."""
+
+
+class Target(ABC):
+    name: str
+
+    @abstractmethod
+    def upload(self, cpu: torch.Tensor):
+        """A dense contiguous copy of `cpu` in this target's memory."""
+
+    @abstractmethod
+    def download(self, data, meta: torch.Tensor) -> torch.Tensor:
+        """A new CPU tensor holding `data` (shape/dtype from `meta`)."""
+
+    @abstractmethod
+    def load(self, artifact: Path, output_metas: OutputMetas) -> Executable:
+        """The executable stored in the folder `artifact` (raises OSError/ValueError if bad)."""
+
+    def is_complete(self, artifact: Path) -> bool:
+        """Whether `artifact` holds everything `load` needs (used by the disk cache)."""
+        return (Path(artifact) / "artifact.json").exists()

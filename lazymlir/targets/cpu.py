@@ -1,0 +1,71 @@
+"""The cpu target: lazy values are dense CPU tensors; graphs are shared objects.
+
+The artifact folder holds `executable.so` (built by lowering/cpu_codegen.py
+through mlir-translate + llc + cc, not MLIR's ExecutionEngine, which
+miscompiled here: docs/known-issues.md). Its entry
+`_mlir_ciface_main(inputs..., outputs...)` takes one memref descriptor pointer
+per argument (results became out-parameters), so the runtime owns every
+buffer: it allocates the outputs as CPU tensors.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from functools import cache
+from pathlib import Path
+
+import torch
+
+from .base import Executable, OutputMetas, Target
+
+SO_NAME = "executable.so"
+
+
+@cache
+def _descriptor_type(rank: int):
+    fields = [("allocated", ctypes.c_void_p), ("aligned", ctypes.c_void_p),
+              ("offset", ctypes.c_int64)]
+    if rank:
+        fields += [("shape", ctypes.c_int64 * rank), ("strides", ctypes.c_int64 * rank)]
+    return type(f"MemRef{rank}D", (ctypes.Structure,), {"_fields_": fields})
+
+
+def _descriptor(tensor: torch.Tensor):
+    desc = _descriptor_type(tensor.dim())()
+    desc.allocated = desc.aligned = tensor.data_ptr()
+    desc.offset = 0
+    if tensor.dim():
+        desc.shape[:] = list(tensor.shape)
+        desc.strides[:] = list(tensor.stride())
+    return desc
+
+
+class CpuExecutable(Executable):
+    """A compiled graph: run(list of input CPU tensors) -> list of output CPU tensors."""
+
+    def __init__(self, so_path: Path, output_metas: OutputMetas):
+        self.so_path = Path(so_path)
+        self.output_metas = output_metas
+        self._lib = ctypes.CDLL(str(self.so_path))
+        self._entry = self._lib._mlir_ciface_main
+        self._entry.restype = None
+
+    def run(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        outputs = [torch.empty(shape, dtype=dtype) for shape, dtype in self.output_metas]
+        tensors = [t if t.is_contiguous() else t.contiguous() for t in inputs] + outputs
+        descriptors = [_descriptor(t) for t in tensors]
+        self._entry(*[ctypes.pointer(d) for d in descriptors])
+        return outputs
+
+
+class CpuTarget(Target):
+    name = "cpu"
+
+    def upload(self, cpu: torch.Tensor) -> torch.Tensor:
+        return cpu.contiguous().clone()
+
+    def download(self, data: torch.Tensor, meta: torch.Tensor) -> torch.Tensor:
+        return data.clone()
+
+    def load(self, artifact: Path, output_metas: OutputMetas) -> CpuExecutable:
+        return CpuExecutable(Path(artifact) / SO_NAME, output_metas)

@@ -1,0 +1,60 @@
+"""Trace-time eager fallback: ops that cannot be recorded at all.
+
+An op runs eagerly, right when it is called (on CPU copies of its inputs,
+with PyTorch), when
+- its output shape depends on data (nonzero, unique, masked_select...), which
+  a static-shape graph cannot express, or it has no meta kernel to infer its
+  output shape from;
+- it is a random op (the CPU generator keeps torch.manual_seed reproducible).
+Ops that record fine but do not *lower* are handled at the sync point
+instead (execution/executor.py: the graph is split around them), so tracing
+never waits for the compiler. Every eager run is counted as `aten::<op>` and
+warned about once (execution/fallback.py).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..execution import fallback
+
+DATA_DEPENDENT = frozenset({
+    "aten::nonzero", "aten::unique", "aten::_unique2", "aten::unique_consecutive",
+    "aten::unique_dim", "aten::masked_select", "aten::argwhere", "aten::nonzero_static",
+    "aten::repeat_interleave", "aten::equal", "aten::is_nonzero", "aten::allclose",
+})
+RANDOM = frozenset({
+    "aten::normal", "aten::uniform", "aten::bernoulli", "aten::exponential", "aten::random",
+    "aten::randperm", "aten::multinomial", "aten::native_dropout", "aten::rand_like",
+    "aten::randn_like", "aten::randint_like", "aten::cauchy", "aten::log_normal",
+    "aten::geometric",
+})
+
+# What meta-kernel shape inference raises for "cannot be known without data".
+NO_META = (NotImplementedError, torch._subclasses.fake_tensor.DynamicOutputShapeException,
+           torch._subclasses.fake_tensor.DataDependentOutputException)
+
+
+def always_eager(func) -> str | None:
+    """Why `func` must run eagerly whatever its arguments, or None."""
+    name = func._schema.name
+    if name in DATA_DEPENDENT:
+        return "its output shape depends on the data"
+    if name in RANDOM:
+        return "random ops use the CPU generator (torch.manual_seed)"
+    return None
+
+
+def run_eagerly(func, args, kwargs, reason: str | None, to_host, to_lazy):
+    """Run `func` with PyTorch on host copies of its inputs; outputs become lazy data."""
+    fallback.count(func._schema.name, reason)
+    flat_args = [_map(to_host, a) for a in args]
+    flat_kwargs = {k: _map(to_host, v) for k, v in kwargs.items()}
+    out = func(*flat_args, **flat_kwargs)
+    return _map(lambda o: to_lazy(o) if isinstance(o, torch.Tensor) else o, out)
+
+
+def _map(fn, value):
+    if isinstance(value, (list, tuple)):
+        return type(value)(_map(fn, v) for v in value)
+    return fn(value)

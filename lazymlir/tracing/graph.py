@@ -1,0 +1,106 @@
+"""Trace -> graph: the fx-stage document for a set of pending lazy values.
+
+`build_graph(values)` collects the nodes the values need, numbers tensor
+inputs by first use, and writes the graph in the serialized form of
+lowering/fx_graph.py, which is the structural-hash input, the dump file and
+the compiler's input at once.
+
+Python floats that reach arithmetic ops (learning rates, momentum and bias
+corrections, clip coefficients, `x * s`) become *scalar inputs* of the graph:
+their values are passed at run time and are not part of the hash, so a
+training loop whose learning rate changes every step still compiles its step
+once (the fix LTC made in pytorch#69571). Floats that decide shapes or
+structure (arange bounds, interpolation scales, exponents, dropout p) stay
+constants: only the ops in `SCALAR_INPUT_OPS` lift them.
+"""
+
+from __future__ import annotations
+
+from ..lowering import fx_graph
+from .values import LazyValue, Node
+
+# Ops whose float arguments are plain operands of elementwise arithmetic:
+# lifting them changes no shape and no control flow in any lowering.
+SCALAR_INPUT_OPS = frozenset({
+    "aten::add", "aten::sub", "aten::rsub", "aten::mul", "aten::div", "aten::addcmul",
+    "aten::addcdiv", "aten::lerp", "aten::clamp", "aten::clamp_min", "aten::clamp_max",
+    "aten::fill", "aten::full", "aten::full_like", "aten::masked_fill", "aten::where",
+    "aten::maximum", "aten::minimum", "aten::hardtanh", "aten::threshold",
+})
+
+
+def _meta_desc(meta) -> dict:
+    return {"shape": list(meta.shape), "dtype": fx_graph.dtype_name(meta.dtype)}
+
+
+def _collect(targets: list[LazyValue]) -> list[Node]:
+    """The pending nodes `targets` depend on, in trace (= topological) order."""
+    nodes: dict[int, Node] = {}
+    stack = [v.node for v in targets if v.pending]
+    while stack:  # iterative: long training traces would overflow recursion
+        node = stack.pop()
+        if node.seq in nodes:
+            continue
+        nodes[node.seq] = node
+        for arg in _flat_args(node):
+            if isinstance(arg, LazyValue) and arg.pending and arg.node.seq not in nodes:
+                stack.append(arg.node)
+    return [nodes[seq] for seq in sorted(nodes)]
+
+
+def _flat_args(node: Node):
+    for value in (*node.args, *node.kwargs.values()):
+        if isinstance(value, (list, tuple)):
+            yield from value
+        else:
+            yield value
+
+
+def build_graph(targets: list[LazyValue], static_scalar_ops=frozenset()
+                ) -> tuple[dict, list[LazyValue], list[float]]:
+    """(graph, the materialized values it reads, the values of its scalar inputs).
+
+    `static_scalar_ops`: ops whose floats must stay constants after all (a
+    lowering needs them constant), learned by the executor's probes.
+    """
+    ordered = _collect(targets)
+    node_index = {id(n): i for i, n in enumerate(ordered)}
+    inputs: list[LazyValue] = []
+    input_index: dict[int, int] = {}
+    scalars: list[float] = []
+
+    def encode(x, lift: bool):
+        if isinstance(x, LazyValue):
+            if x.pending:
+                return {"ref": ["node", node_index[id(x.node)], x.index]}
+            x.check()
+            if id(x) not in input_index:  # materialized: a graph input, numbered by first use
+                input_index[id(x)] = len(inputs)
+                inputs.append(x)
+            return {"ref": ["input", input_index[id(x)], 0]}
+        if lift and type(x) is float:
+            scalars.append(x)
+            return {"ref": ["scalar", len(scalars) - 1, 0]}
+        if isinstance(x, (list, tuple)):
+            return [encode(v, False) for v in x]
+        return fx_graph.encode_scalar(x)
+
+    encoded_nodes = []
+    for node in ordered:
+        name = node.op._schema.name
+        lift = name in SCALAR_INPUT_OPS and name not in static_scalar_ops
+        encoded_nodes.append({
+            "op": str(node.op),
+            "args": [encode(a, lift) for a in node.args],
+            "kwargs": {k: encode(v, lift) for k, v in node.kwargs.items()},
+            "outputs": [_meta_desc(m) for m in node.out_metas],
+        })
+    graph = {
+        "format": fx_graph.FORMAT,
+        "version": fx_graph.VERSION,
+        "inputs": [_meta_desc(v.meta) for v in inputs],
+        "scalars": [{"dtype": fx_graph.dtype_name(fx_graph.SCALAR_DTYPE)} for _ in scalars],
+        "nodes": encoded_nodes,
+        "outputs": [encode(v, False) for v in targets],
+    }
+    return graph, inputs, scalars

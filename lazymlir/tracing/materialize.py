@@ -1,0 +1,54 @@
+"""Sync points on the tracing side: pending lazy values -> data, or failed.
+
+`materialize(values)` builds the graph the values need (graph.py), hands it
+to the executor and binds each output to its value. The failure policy lives
+here: if the graph fails to compile or run, every value it was asked for is
+marked failed with that error (reading one raises it again) and leaves the
+pending set, so the next mark_step() compiles only new work; values that were
+materialized before stay valid.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .. import session, targets
+from ..execution import executor
+from .graph import build_graph
+from .values import LazyTensor, LazyValue, live_pending_values
+
+
+def materialize(values: list[LazyValue]) -> None:
+    for value in values:
+        value.check()
+    pending = list({id(v): v for v in values if v.pending}.values())
+    if not pending:
+        return
+    current = session.current()
+    current.metrics.inc("Sync")
+    with current.lock:
+        # Another thread may have materialized some of them meanwhile.
+        pending = [v for v in pending if v.pending]
+        if not pending:
+            return
+        graph, inputs, scalars = build_graph(pending, frozenset(current.static_scalar_ops))
+        try:
+            outputs = executor.execute(graph, [v.data for v in inputs], scalars)
+        except BaseException as error:
+            for value in pending:
+                value.failed(error)
+            raise
+        for value, data in zip(pending, outputs):
+            value.materialized(data)
+
+
+def to_cpu(tensor: LazyTensor) -> torch.Tensor:
+    value = tensor._lazy
+    materialize([value])
+    return targets.active().download(value.data, value.meta)
+
+
+def mark_step() -> None:
+    """Compile (once) and run everything pending for live lazy_mlir tensors, as one graph."""
+    session.current().metrics.inc("MarkStep")
+    materialize(live_pending_values())

