@@ -7,6 +7,7 @@ in the upstream bindings (`mlir`), which have the LLVM backends.
 from __future__ import annotations
 
 from .mlir_runner import UPSTREAM, PipelineFailure, run_pipeline
+from .unique_results import copy_repeated_results
 
 BUFFERIZE_PIPELINE = (
     "builtin.module("
@@ -54,7 +55,7 @@ LLVM_PIPELINE = (
 
 
 def to_bufferized(text: str):
-    module = run_pipeline(UPSTREAM, text, BUFFERIZE_PIPELINE)
+    module = run_pipeline(UPSTREAM, text, BUFFERIZE_PIPELINE, before=copy_repeated_results)
     _reject_i1_buffers(module)
     return module
 

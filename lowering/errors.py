@@ -16,6 +16,8 @@ from pathlib import Path
 
 # Diagnostics name ops as 'torch.aten.foo' or "failed to legalize operation 'x.y'".
 _OP_PATTERNS = (
+    # An op torch-mlir does not know is imported as torch.operator "name".
+    re.compile(r'"torch\.operator"\([^)]*\) <\{name = "([\w.$]+)"'),
     re.compile(r"failed to legalize operation '([\w.$]+)'"),
     re.compile(r"op '([\w.$]+)' is not allowed after stage"),
     re.compile(r"unsupported by backend contract: module initializers"),

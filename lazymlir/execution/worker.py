@@ -65,6 +65,8 @@ def _signal_name(returncode: int | None) -> str:
 class CompileWorker:
     """Client side of one worker process; thread-safe; restarts after a crash."""
 
+    module = "lazymlir.execution.worker_main"  # what the child runs (`python -m module`)
+
     def __init__(self, metrics=None):
         self._metrics = metrics
         self._lock = threading.Lock()
@@ -79,7 +81,7 @@ class CompileWorker:
         env["LAZYMLIR_COMPILE_WORKER"] = "0"  # the worker compiles in its own process
         with os.fdopen(fd, "wb") as log_file:
             self._process = subprocess.Popen(
-                [sys.executable, "-m", "lazymlir.execution.worker_main"],
+                [sys.executable, "-m", self.module],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_file, env=env)
         self.starts += 1
         if self._metrics is not None:
