@@ -25,7 +25,7 @@ import time
 import torch
 
 from .. import session, targets
-from . import fallback
+from . import failures, fallback
 from .graph import SCALAR_INPUT_OPS
 from .materialize import to_cpu
 from .values import LazyTensor, LazyValue, Node, meta_like
@@ -59,7 +59,12 @@ def dispatch(func, args, kwargs):
 
 
 def _torch_dispatch(cls, func, types, args=(), kwargs=None):
-    return dispatch(func, args, kwargs or {})
+    try:
+        return dispatch(func, args, kwargs or {})
+    except Exception as error:
+        if not failures.in_backward():
+            raise
+        return failures.failed_outputs(func, args, kwargs or {}, error)
 
 
 LazyTensor.__torch_dispatch__ = classmethod(_torch_dispatch)

@@ -85,6 +85,30 @@ def test_compile_error_inside_backward_is_the_clear_error(no_fallbacks):
     assert (x.detach() * 0 + 1).sum().item() == 16.0
 
 
+def test_error_in_a_builtin_backward_op_surfaces_on_read(monkeypatch):
+    """Autograd runs backward on its own thread, where an exception from
+    __torch_dispatch__ is lost (SystemError / abort); the tracer turns it into
+    failed gradients instead, and reading one raises the original error."""
+    from lazymlir.tracing import tracer
+
+    mul = torch.ops.aten.mul.Tensor
+    real_route = tracer._ROUTES.get(mul) or tracer._route(mul)
+
+    def injected(func, args, kwargs):
+        if torch._C._current_graph_task_id() != -1:  # only while backward runs
+            raise lazymlir.CompileError("injected failure in MulBackward0")
+        return real_route(func, args, kwargs)
+
+    monkeypatch.setitem(tracer._ROUTES, mul, injected)
+    x = torch.randn(3).to(DEVICE).requires_grad_()
+    y = torch.randn(3).to(DEVICE)
+    (x * y).sum().backward()  # completes: the failure travels with the gradient
+    monkeypatch.setitem(tracer._ROUTES, mul, real_route)
+    with pytest.raises(lazymlir.CompileError, match="injected failure in MulBackward0"):
+        x.grad.cpu()
+    assert (y * 2).sum().item() == pytest.approx(2 * y.cpu().sum().item())
+
+
 # ------------------------------------------------------------ crash isolation
 
 def test_worker_crash_is_an_error_and_the_next_compile_works(monkeypatch):

@@ -1,0 +1,54 @@
+"""Errors raised while the autograd engine runs backward become failed values.
+
+PyTorch runs backward for a non-CPU device on a worker thread of the
+autograd engine. An exception raised by `__torch_dispatch__` there does not
+survive the trip back to the caller: the user gets `SystemError: run_backward
+... returned NULL without setting an exception`, sometimes followed by an
+abort. So inside backward the tracer does not raise: the op's outputs become
+values that carry the error (LazyValue.failed), backward completes, and the
+first read of a gradient (`.cpu()`, `.item()`, `mark_step()`, an optimizer
+step that syncs) raises the original error on the user's thread, as the
+failure policy does for any failed graph.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .values import LazyTensor, LazyValue, meta_like
+
+
+def in_backward() -> bool:
+    return torch._C._current_graph_task_id() != -1
+
+
+def _to_meta(x):
+    if isinstance(x, LazyTensor):
+        return x._lazy.meta
+    if isinstance(x, (list, tuple)):
+        return type(x)(_to_meta(v) for v in x)
+    if isinstance(x, torch.Tensor):
+        return meta_like(x.shape, x.dtype)
+    if isinstance(x, torch.device) and x.type == "lazy_mlir":
+        return torch.device("meta")
+    return x
+
+
+def failed_outputs(func, args, kwargs, error: BaseException):
+    """`func`'s outputs as failed lazy values; raises `error` if they cannot be made."""
+    try:
+        out = func(*_to_meta(tuple(args)), **{k: _to_meta(v) for k, v in kwargs.items()})
+    except Exception:  # noqa: BLE001  no meta kernel either: nothing to stand in for
+        raise error from None
+
+    def fail(o):
+        if isinstance(o, torch.Tensor):
+            value = LazyValue(meta_like(o.shape, o.dtype))
+            value.failed(error)
+            return LazyTensor(value)
+        if isinstance(o, (list, tuple)):
+            return type(o)(fail(v) for v in o)
+        if o is None:
+            return None
+        raise error  # a non-tensor result (a Python number) cannot carry the error
+    return fail(out)
