@@ -7,11 +7,14 @@ back, what the disk cache keeps, and all a target needs to run the graph:
     cpu   executable.so                      (llvm stage -> llc -> cc)
     cuda  plan.txt + kernel<N>.ptx|.cubin    (ptx/cubin stage -> launch plan + images)
 
-Targets load artifacts without importing any of lowering.
+Targets load artifacts without importing any of lowering. `artifact.json`
+records each file's size and SHA-256, so a truncated or altered file (a full
+disk, a copied cache folder) is detected before anything is dlopen'ed.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -41,7 +44,12 @@ def package(target: str, final_text: str, directory: Path) -> Path:
         manifest["files"] = ["plan.txt"] + [k["file"] for k in manifest["kernels"]]
     else:
         raise ValueError(f"unknown target '{target}'")
+    manifest["digests"] = {name: file_digest(directory / name) for name in manifest["files"]}
     tmp = directory / "artifact.json.tmp"
     tmp.write_text(json.dumps(manifest))
     tmp.replace(directory / "artifact.json")
     return directory
+
+
+def file_digest(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()

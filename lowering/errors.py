@@ -55,9 +55,17 @@ def failing_op(diagnostics: str) -> str | None:
 
 
 def save_repro(stage: str, text: str, ext: str, directory: str | None = None) -> str:
-    """Write the input of a failing stage into `directory` (default: TMPDIR); returns the path."""
-    base = Path(directory or tempfile.gettempdir())
-    base.mkdir(parents=True, exist_ok=True)
-    path = base / f"lazymlir-repro-{stage}-{os.getpid()}-{time.time_ns()}.{ext}"
-    path.write_text(text)
-    return str(path)
+    """Write the input of a failing stage into `directory` (default: TMPDIR); returns the path.
+
+    An unwritable `directory` falls back to TMPDIR: the reproducer must not
+    replace the error it belongs to.
+    """
+    name = f"lazymlir-repro-{stage}-{os.getpid()}-{time.time_ns()}.{ext}"
+    for base in ([Path(directory)] if directory else []) + [Path(tempfile.gettempdir())]:
+        try:
+            base.mkdir(parents=True, exist_ok=True)
+            (base / name).write_text(text)
+            return str(base / name)
+        except OSError:
+            continue
+    return "<could not save the reproducer: no writable folder>"

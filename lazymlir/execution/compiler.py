@@ -38,22 +38,41 @@ def _compile_error(error: LoweringError) -> CompileError:
                         reproducer=error.reproducer)
 
 
+class _Dumps:
+    """Writes stage outputs to the dump folder; an unwritable folder turns dumps off
+    for this graph (with a warning for the user) instead of losing the compile."""
+
+    def __init__(self, folder: str | None):
+        self.folder = Path(folder) if folder else None
+        self.warnings: list[str] = []
+
+    def write(self, name: str, text: str) -> None:
+        if self.folder is None:
+            return
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            (self.folder / name).write_text(text)
+        except OSError as error:
+            self.warnings.append(f"cannot write IR dumps to {self.folder} (LAZYMLIR_DUMP_DIR or "
+                                 f"lazymlir.dump_to): {error}; this graph is not dumped")
+            self.folder = None
+
+
 def compile_graph(fx_text: str, key: str, options: CompileOptions, out_dir: str,
-                  on_start=None) -> dict[str, float]:
-    """Run every stage and write the artifact into `out_dir`; returns per-stage seconds."""
+                  on_start=None) -> dict:
+    """Run every stage and write the artifact into `out_dir`.
+
+    Returns {"timings": seconds per stage, "warnings": messages for the user}.
+    """
     names = stages.PIPELINES[options.target]
-    dump = Path(options.dump_dir) if options.dump_dir else None
+    dumps = _Dumps(options.dump_dir)
     timings: dict[str, float] = {}
     began = time.perf_counter()
-    if dump is not None:
-        dump.mkdir(parents=True, exist_ok=True)
-        (dump / f"00-fx.{stages.stage('fx').ext}").write_text(fx_text)
+    dumps.write(f"00-fx.{stages.stage('fx').ext}", fx_text)
 
     def on_stage(record: stages.StageRecord) -> None:
         timings[record.name] = record.seconds
-        if dump is not None:
-            (dump / f"{names.index(record.name):02d}-{record.name}.{record.ext}").write_text(
-                record.text)
+        dumps.write(f"{names.index(record.name):02d}-{record.name}.{record.ext}", record.text)
 
     try:
         result = stages.run_stages(fx_text, options.stage_options(), start="fx",
@@ -66,21 +85,25 @@ def compile_graph(fx_text: str, key: str, options: CompileOptions, out_dir: str,
     artifacts.package(options.target, result.text, Path(out_dir))
     timings["package"] = time.perf_counter() - package_began
     timings["total"] = time.perf_counter() - began
-    if dump is not None:
-        graph = fx_graph.loads(fx_text)
-        manifest = {
-            "graph_hash": key,
-            "target": options.target,
-            "sync_location": options.sync_location,
-            "stages": list(names),
-            "timings_ms": {k: round(v * 1e3, 3) for k, v in timings.items()},
-            "num_inputs": len(graph["inputs"]),
-            "num_scalars": len(graph.get("scalars", [])),
-            "num_nodes": len(graph["nodes"]),
-            "num_outputs": len(graph["outputs"]),
-        }
-        (dump / "manifest.json").write_text(json.dumps(manifest, indent=1))
-    return timings
+    if dumps.folder is not None:
+        dumps.write("manifest.json", json.dumps(_manifest(fx_text, key, options, timings),
+                                                indent=1))
+    return {"timings": timings, "warnings": dumps.warnings}
+
+
+def _manifest(fx_text: str, key: str, options: CompileOptions, timings: dict) -> dict:
+    graph = fx_graph.loads(fx_text)
+    return {
+        "graph_hash": key,
+        "target": options.target,
+        "sync_location": options.sync_location,
+        "stages": list(stages.PIPELINES[options.target]),
+        "timings_ms": {k: round(v * 1e3, 3) for k, v in timings.items()},
+        "num_inputs": len(graph["inputs"]),
+        "num_scalars": len(graph.get("scalars", [])),
+        "num_nodes": len(graph["nodes"]),
+        "num_outputs": len(graph["outputs"]),
+    }
 
 
 def probe(fx_text: str, options: CompileOptions, on_start=None) -> str | None:

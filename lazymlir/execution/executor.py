@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import traceback
+import warnings
 from pathlib import Path
 
 import torch
@@ -109,11 +110,13 @@ def _worker_request(current, kind: str, payload: dict):
 
 def _compile(current, target, text: str, key: str) -> Path:
     out_dir = Path(current.scratch_dir()) / key
-    timings = _worker_request(current, "compile", {
+    result = _worker_request(current, "compile", {
         "fx_text": text, "key": key, "options": _options(current, target, key),
         "out_dir": str(out_dir)})
+    for message in result["warnings"]:
+        warnings.warn(f"lazymlir: {message}", stacklevel=6)
     log.debug("compiled graph %s for %s in %.1f ms", key, target.name,
-              1e3 * timings.get("total", 0.0))
+              1e3 * result["timings"]["total"])
     return out_dir
 
 

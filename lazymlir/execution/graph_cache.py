@@ -59,7 +59,12 @@ def load_artifact(entry: Path | None, graph_text: str, is_complete) -> Path | No
             return None
     except OSError:
         return None
-    return entry if is_complete(entry) else None
+    if not is_complete(entry):
+        log.warning("cache entry %s is incomplete or damaged (a file is missing, truncated or "
+                    "altered); removing it and compiling instead", entry)
+        shutil.rmtree(entry, ignore_errors=True)  # so the fresh compile can take its place
+        return None
+    return entry
 
 
 def save_artifact(entry: Path | None, artifact: Path, graph_text: str) -> None:

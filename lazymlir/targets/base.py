@@ -16,6 +16,8 @@ also exactly what the disk cache keeps.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from abc import ABC, abstractmethod
 from pathlib import Path
 
@@ -46,5 +48,16 @@ class Target(ABC):
         """The executable stored in the folder `artifact` (raises OSError/ValueError if bad)."""
 
     def is_complete(self, artifact: Path) -> bool:
-        """Whether `artifact` holds everything `load` needs (used by the disk cache)."""
-        return (Path(artifact) / "artifact.json").exists()
+        """Whether `artifact` holds every file its manifest lists, intact (size and
+        SHA-256): a truncated `.so` must never reach dlopen."""
+        try:
+            manifest = json.loads((Path(artifact) / "artifact.json").read_text())
+            if manifest.get("target") != self.name:
+                return False
+            for name, digest in manifest["digests"].items():
+                data = (Path(artifact) / name).read_bytes()
+                if hashlib.sha256(data).hexdigest() != digest:
+                    return False
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return False
+        return True

@@ -1,0 +1,84 @@
+"""The disk cache and the dump folder under damage: never a crash, never a wrong
+result, never a lost result; each case in a fresh process (as users meet them)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+
+_SCRIPT = textwrap.dedent("""
+    import torch, lazymlir, warnings
+    warnings.simplefilter("always")
+    x = torch.arange(6, dtype=torch.float32).reshape(2, 3).to("lazy_mlir")
+    print((x * 3 + 1).relu().sum(1).cpu().tolist())
+    c = lazymlir.metrics.counters()
+    print("COUNTERS", c.get("DiskCacheHit", 0), c.get("UncachedCompile", 0))
+""")
+
+
+def _run(tmp_path, **env):
+    script = tmp_path / "tiny.py"
+    script.write_text(_SCRIPT)
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("LAZYMLIR_")}
+    full_env.update(LAZYMLIR_TARGET="cpu", **env)
+    done = subprocess.run([sys.executable, str(script)], env=full_env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[0] == "[12.0, 39.0]", lines
+    return lines[1], done.stderr
+
+
+def _entry(cache: Path) -> Path:
+    (entry,) = [p for p in cache.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    return entry
+
+
+def test_truncated_executable_is_recompiled(tmp_path):
+    cache = tmp_path / "cache"
+    assert _run(tmp_path, LAZYMLIR_CACHE_DIR=str(cache))[0] == "COUNTERS 0 1"
+    so = _entry(cache) / "executable.so"
+    so.write_bytes(so.read_bytes()[:100])  # a full disk, a killed copy
+    counters, stderr = _run(tmp_path, LAZYMLIR_CACHE_DIR=str(cache))
+    assert counters == "COUNTERS 0 1", counters
+    assert "damaged" in stderr
+    assert _run(tmp_path, LAZYMLIR_CACHE_DIR=str(cache))[0] == "COUNTERS 1 0"
+
+
+def test_entry_of_another_graph_is_not_used(tmp_path):
+    cache = tmp_path / "cache"
+    _run(tmp_path, LAZYMLIR_CACHE_DIR=str(cache))
+    graph = _entry(cache) / "graph.fx.json"
+    graph.write_text(graph.read_text().replace("aten.relu.default", "aten.abs.default"))
+    counters, stderr = _run(tmp_path, LAZYMLIR_CACHE_DIR=str(cache))
+    assert counters == "COUNTERS 0 1", counters
+    assert "belongs to another graph" in stderr
+
+
+def test_unwritable_cache_and_dump_dirs_warn_and_keep_the_result(tmp_path):
+    blocker = tmp_path / "a-file"  # folders below a file cannot be created, even by root
+    blocker.write_text("")
+    counters, stderr = _run(tmp_path, LAZYMLIR_CACHE_DIR=str(blocker / "cache"),
+                            LAZYMLIR_DUMP_DIR=str(blocker / "dump"))
+    assert counters == "COUNTERS 0 1"
+    assert "LAZYMLIR_CACHE_DIR" in stderr and "LAZYMLIR_DUMP_DIR" in stderr, stderr
+
+
+def test_two_processes_share_one_cache_dir(tmp_path):
+    cache = tmp_path / "cache"
+    script = tmp_path / "tiny.py"
+    script.write_text(_SCRIPT)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAZYMLIR_")}
+    env.update(LAZYMLIR_TARGET="cpu", LAZYMLIR_CACHE_DIR=str(cache))
+    procs = [subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-3000:]
+        assert out.splitlines()[0] == "[12.0, 39.0]"
+    assert _run(tmp_path, LAZYMLIR_CACHE_DIR=str(cache))[0] == "COUNTERS 1 0"
+    assert not [p for p in cache.iterdir() if p.name.startswith(".")], list(cache.iterdir())
