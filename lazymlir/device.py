@@ -140,6 +140,35 @@ def _copy_from(self, dst, non_blocking=False):
     return dst
 
 
+def _install_printing() -> None:
+    """print()/repr() of a lazy_mlir tensor shows its values, like eager and PyTorch/XLA.
+
+    PyTorch copies xla/lazy/ipu/mtia tensors to the CPU before printing
+    (torch/_tensor_str.py); PrivateUse1 devices are not in that list, so a
+    lazy tensor printed as `_to_functional_tensor(LazyTensor(...))`. Printing
+    is a sync point, as in PyTorch/XLA.
+    """
+    import torch._tensor_str as tensor_str
+
+    original = tensor_str._str_intern
+    if getattr(original, "_lazymlir", False):
+        return
+
+    def _str_intern(inp, *, tensor_contents=None):
+        if inp.device.type != NAME:
+            return original(inp, tensor_contents=tensor_contents)
+        text = original(inp.detach().to("cpu"), tensor_contents=tensor_contents)
+        extra = [f"device='{inp.device}'"]
+        if inp.grad_fn is not None:
+            extra.append(f"grad_fn=<{type(inp.grad_fn).__name__}>")
+        elif inp.requires_grad:
+            extra.append("requires_grad=True")
+        return f"{text[:-1]}, {', '.join(extra)})"
+
+    _str_intern._lazymlir = True
+    tensor_str._str_intern = _str_intern
+
+
 def register() -> None:
     """Idempotent: rename PrivateUse1, install device module/hooks/guard and factory kernels."""
     global _registered, _library
@@ -158,4 +187,5 @@ def register() -> None:
     _library.impl("arange", _arange, "PrivateUse1")
     _library.impl("arange.start", _arange_start, "PrivateUse1")
     _library.impl("_copy_from", _copy_from, "PrivateUse1")
+    _install_printing()
     _registered = True

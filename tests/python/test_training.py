@@ -105,8 +105,6 @@ def test_sync_points(capsys):
     assert_no_fallback()
 
 
-@pytest.mark.xfail(strict=True, reason="print/repr of a lazy_mlir tensor shows "
-                   "'_to_functional_tensor(LazyTensor(..., pending))', not its values")
 def test_print_and_repr_show_values(capsys):
     e = torch.tensor([[1.5, -2.0], [3.0, 0.25]])
     x = e.to(DEVICE)
@@ -114,4 +112,6 @@ def test_print_and_repr_show_values(capsys):
     out = capsys.readouterr().out
     assert "2.5000" in out and "-1.0000" in out and "1.2500" in out, out
     assert "lazy_mlir" in repr(x + 1)
+    w = torch.ones(2, device=DEVICE, requires_grad=True)
+    assert repr(w * 3) == "tensor([3., 3.], device='lazy_mlir:0', grad_fn=<MulBackward0>)"
     assert_no_fallback()
