@@ -165,8 +165,11 @@ def to_graph_module(graph: dict) -> torch.fx.GraphModule:
             op = resolve_op(node_desc["op"])
             args = tuple(arg(a) for a in node_desc["args"])
             kwargs = {k: arg(v) for k, v in node_desc["kwargs"].items()}
+            if None in node_desc["outputs"]:
+                args, kwargs, outs = _unmask_outputs(op, args, kwargs)
+            else:
+                outs = [fake(m) for m in node_desc["outputs"]]
             call = fx.call_function(op, args, kwargs)
-            outs = [fake(m) for m in node_desc["outputs"]]
             if len(op._schema.returns) == 1 and not _returns_list(op):
                 call.meta["val"] = outs[0]
                 results.append([call])
@@ -183,6 +186,32 @@ def to_graph_module(graph: dict) -> torch.fx.GraphModule:
                    for o in outputs]
         fx.output(tuple(outputs))
     return torch.fx.GraphModule(torch.nn.Module(), fx)
+
+
+def _unmask_outputs(op, args: tuple, kwargs: dict):
+    """A node with outputs nobody asked for (None in its outputs, e.g. the bias
+    gradient of `convolution_backward` for a conv without bias): torch-mlir
+    lowers these ops with every result present, so ask for all of them
+    (`output_mask` all true; the extra results go unused and are removed as dead
+    code) and take their shapes from the op's meta kernel."""
+    names = [a.name for a in op._schema.arguments]
+    if "output_mask" not in names:
+        raise ValueError(f"{op} has a None output but no output_mask argument")
+    index = names.index("output_mask")
+    if "output_mask" in kwargs:
+        kwargs = {**kwargs, "output_mask": [True] * len(kwargs["output_mask"])}
+    else:
+        args = (*args[:index], [True] * len(args[index]), *args[index + 1:])
+
+    def val(x):
+        if isinstance(x, torch.fx.Node):
+            return x.meta["val"]
+        if isinstance(x, (list, tuple)):
+            return type(x)(val(v) for v in x)
+        return x
+
+    outs = op(*val(args), **{k: val(v) for k, v in kwargs.items()})
+    return args, kwargs, list(outs)
 
 
 def _returns_list(op: torch._ops.OpOverload) -> bool:

@@ -36,11 +36,15 @@ from .worker import CompileWorker
 log = logging.getLogger("lazymlir.executor")
 
 
-def execute(graph: dict, inputs: list, scalars: list[float]) -> list:
-    """Run `graph` on target buffers `inputs` and scalar values; returns output buffers."""
+def execute(graph: dict, inputs: list, scalars: list[float], key: str | None = None) -> list:
+    """Run `graph` on target buffers `inputs` and scalar values; returns output buffers.
+
+    `key`: the graph's structural hash for the active target, if the caller
+    keeps it (torch.compile graphs run many times unchanged).
+    """
     current = session.current()
     target = targets.active()
-    key = fx_graph.structural_hash(graph, target.name)
+    key = key or fx_graph.structural_hash(graph, target.name)
     with current.lock:
         plan = _plan(current, target, graph, key)
     with current.metrics.timed("ExecuteTime"):
@@ -244,7 +248,8 @@ def subgraph(graph: dict, indices: list[int], outputs: list[tuple]) -> tuple[dic
 
 def single_node_graph(graph: dict, index: int) -> dict:
     """Node `index` alone, on fresh inputs: what a probe compiles."""
-    outputs = [("node", index, k) for k in range(len(graph["nodes"][index]["outputs"]))]
+    outputs = [("node", index, k) for k, desc in enumerate(graph["nodes"][index]["outputs"])
+               if desc is not None]
     return subgraph(graph, [index], outputs)[0]
 
 
@@ -328,10 +333,9 @@ class Partitioned:
         fallback.count(op._schema.name, self.eager[index])
         out = op(*[decode(a) for a in node["args"]],
                  **{k: decode(v) for k, v in node["kwargs"].items()})
-        outs = [o for o in (out if isinstance(out, (list, tuple)) else [out])
-                if isinstance(o, torch.Tensor)]
-        for k, tensor in enumerate(outs):
-            env[("node", index, k)] = target.upload(tensor.contiguous())
+        for k, tensor in enumerate(out if isinstance(out, (list, tuple)) else [out]):
+            if isinstance(tensor, torch.Tensor):  # None: an output nobody asked for
+                env[("node", index, k)] = target.upload(tensor.contiguous())
 
 
 # ------------------------------------------------------------- dumps

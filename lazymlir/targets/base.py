@@ -43,6 +43,15 @@ class Target(ABC):
     def download(self, data, meta: torch.Tensor) -> torch.Tensor:
         """A new CPU tensor holding `data` (shape/dtype from `meta`)."""
 
+    def borrow(self, cpu: torch.Tensor):
+        """`cpu` as an input buffer for one run (torch.compile path); may share its memory."""
+        return self.upload(cpu)
+
+    def give_back(self, data, meta) -> torch.Tensor:
+        """An output buffer of a run as a CPU tensor (torch.compile path)."""
+        shape, dtype = meta
+        return self.download(data, torch.empty(shape, dtype=dtype, device="meta"))
+
     @abstractmethod
     def load(self, artifact: Path, output_metas: OutputMetas) -> Executable:
         """The executable stored in the folder `artifact` (raises OSError/ValueError if bad)."""

@@ -67,5 +67,12 @@ class CpuTarget(Target):
     def download(self, data: torch.Tensor, meta: torch.Tensor) -> torch.Tensor:
         return data.clone()
 
+    def borrow(self, cpu: torch.Tensor) -> torch.Tensor:
+        # Compiled graphs never write their inputs: no copy needed.
+        return cpu.detach().contiguous()
+
+    def give_back(self, data: torch.Tensor, meta) -> torch.Tensor:
+        return data  # a fresh tensor the executable wrote
+
     def load(self, artifact: Path, output_metas: OutputMetas) -> CpuExecutable:
         return CpuExecutable(Path(artifact) / SO_NAME, output_metas)

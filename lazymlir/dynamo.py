@@ -1,0 +1,140 @@
+"""`torch.compile(model, backend="lazymlir")`: Dynamo + AOTAutograd in front of the same pipeline.
+
+Dynamo captures the program once and replays it, so a compiled step pays no
+per-op tracing. AOTAutograd functionalizes the captured forward and backward
+(input mutations, views, aliased inputs as synthetic bases) and decomposes with
+the table torch-mlir's FX path uses; each resulting graph is written in the
+fx-stage form (lowering/fx_graph.py) and handed to the same executor as the
+lazy device: graph cache (memory and LAZYMLIR_CACHE_DIR), compile worker, dumps
+(LAZYMLIR_DUMP_DIR), metrics, and split-around-unsupported-ops fallback
+(counted; an error with LAZYMLIR_FALLBACK=error).
+
+Inputs and outputs are ordinary CPU tensors (cpu target). The backend is
+registered with Dynamo through the `torch_dynamo_backends` entry point, so
+`backend="lazymlir"` works after `pip install` without importing lazymlir.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+import torch.fx
+from torch._dynamo.backends.common import aot_autograd
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from . import targets
+from .execution import executor
+from .lowering import fx_graph
+
+
+class UnsupportedGraphError(NotImplementedError):
+    """A captured graph uses something the fx-stage form cannot express (e.g. SymInts)."""
+
+
+def _desc(value, what: str) -> dict:
+    if not isinstance(value, torch.Tensor):
+        raise UnsupportedGraphError(
+            f"{what} is a {type(value).__name__}, not a tensor; lazymlir compiles static "
+            f"shapes only: use torch.compile(..., dynamic=False)")
+    return {"shape": list(value.shape), "dtype": fx_graph.dtype_name(value.dtype)}
+
+
+def to_fx_stage(gm: torch.fx.GraphModule) -> tuple[dict, list, list[int | None]]:
+    """(graph document, constant tensors appended to the inputs, output layout).
+
+    The layout maps each output of `gm` to a graph output index, or None where
+    `gm` returns None (AOTAutograd does for gradients nobody asked for).
+    """
+    inputs: list[dict] = []
+    constants: list[torch.Tensor] = []
+    nodes: list[dict] = []
+    refs: dict[torch.fx.Node, object] = {}
+
+    def encode(value):
+        if isinstance(value, torch.fx.Node):
+            return {"ref": refs[value]}
+        if isinstance(value, (list, tuple)):
+            return [encode(v) for v in value]
+        return fx_graph.encode_scalar(value)
+
+    outputs: list = []
+    layout: list[int | None] = []
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for node in placeholders:
+        refs[node] = ["input", len(inputs), 0]
+        inputs.append(_desc(node.meta.get("val"), f"input '{node.name}'"))
+    for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            value = getattr(gm, node.target)
+            refs[node] = ["input", len(placeholders) + len(constants), 0]
+            constants.append(value.detach())
+            inputs.append(_desc(value, f"constant '{node.target}'"))
+        elif node.op == "call_function" and node.target is operator.getitem:
+            source = refs[node.args[0]]
+            refs[node] = ["node", source[1], node.args[1]]
+        elif node.op == "call_function":
+            if not isinstance(node.target, torch._ops.OpOverload):
+                raise UnsupportedGraphError(f"node '{node.name}' calls {node.target}, not an "
+                                            f"ATen op")
+            val = node.meta.get("val")
+            results = list(val) if isinstance(val, (list, tuple)) else [val]
+            refs[node] = ["node", len(nodes), 0]
+            nodes.append({
+                "op": str(node.target),
+                "args": [encode(a) for a in node.args],
+                "kwargs": {k: encode(v) for k, v in node.kwargs.items()},
+                # None: a result nobody asked for (an output_mask entry is false).
+                "outputs": [None if r is None else _desc(r, f"output of '{node.name}'")
+                            for r in results],
+            })
+        elif node.op == "output":
+            for value in node.args[0]:
+                if value is None:
+                    layout.append(None)
+                else:
+                    layout.append(len(outputs))
+                    outputs.append(encode(value))
+    graph = {"format": fx_graph.FORMAT, "version": fx_graph.VERSION, "inputs": inputs,
+             "scalars": [], "nodes": nodes, "outputs": outputs}
+    return graph, constants, layout
+
+
+def _compile(gm: torch.fx.GraphModule, example_inputs):
+    graph, constants, layout = to_fx_stage(gm)
+    target = targets.active()
+    key = fx_graph.structural_hash(graph, target.name)
+
+    def run(args):
+        inputs = [target.borrow(a) for a in args] + [target.borrow(c) for c in constants]
+        args.clear()  # boxed calling convention: let AOTAutograd free what it can
+        outs = executor.execute(graph, inputs, [], key=key)
+        metas = fx_graph.output_metas(graph)
+        outs = [target.give_back(o, metas[i]) for i, o in enumerate(outs)]
+        return [None if i is None else outs[i] for i in layout]
+
+    run._boxed_call = True  # AOTAutograd's boxed convention (functorch.compile.make_boxed_func)
+    return run
+
+
+def _decompositions():
+    from torch_mlir.extras.fx_decomp_util import get_decomposition_table
+
+    return get_decomposition_table()
+
+
+def lazymlir_backend(gm: torch.fx.GraphModule, example_inputs):
+    """The Dynamo backend: AOTAutograd with lazymlir compiling forward and backward."""
+    # Attention is traced as its math form: the fused CPU kernels' forward
+    # decomposes, but their backward has no decomposition and would run
+    # eagerly against a decomposed forward's saved logsumexp (wrong gradients
+    # from the second step on, measured).
+    with sdpa_kernel([SDPBackend.MATH]):
+        return aot_autograd(fw_compiler=_compile, bw_compiler=_compile,
+                            decompositions=_decompositions())(gm, example_inputs)
+
+
+# Installed packages register the backend through the entry point; a source
+# checkout (or an environment without the entry point) registers it on import.
+if "lazymlir" not in torch._dynamo.list_backends(exclude_tags=()):
+    torch._dynamo.register_backend(lazymlir_backend, name="lazymlir")
