@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from .execution import executor
 from .tracing import tracer
 from .tracing.materialize import mark_step, to_cpu
 from .tracing.values import LazyTensor, LazyValue, Node, meta_like
@@ -86,7 +87,14 @@ def _inside_functionalization() -> bool:
                                   and not excluded.has(torch._C.DispatchKey.Python))
 
 
+_first_use = True
+
+
 def _wrap(inner: LazyTensor) -> torch.Tensor:
+    global _first_use
+    if _first_use:  # the device is in use: let the compiler start up meanwhile
+        _first_use = False
+        executor.prestart_worker()
     return inner if _inside_functionalization() else torch._to_functional_tensor(inner)
 
 

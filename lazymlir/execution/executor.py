@@ -103,13 +103,26 @@ def _options(current, target, key: str | None) -> CompileOptions:
         sync_location=_sync_location() if root else "<unknown>")
 
 
+def _worker(current) -> CompileWorker:
+    if current.worker is None:
+        current.worker = CompileWorker(current.metrics)
+    return current.worker
+
+
+def prestart_worker() -> None:
+    """Start the compile worker ahead of the first compile (called when the device is
+    first used), unless compiles are in-process or a disk cache will likely serve them."""
+    current = session.current()
+    if current.worker is None and current.settings.compile_worker \
+            and not current.settings.cache_dir:
+        _worker(current).start()
+
+
 def _worker_request(current, kind: str, payload: dict):
     if not current.settings.compile_worker:
         function = compile_graph if kind == "compile" else probe
         return function(**payload)
-    if current.worker is None:
-        current.worker = CompileWorker(current.metrics)
-    return current.worker.request(kind, payload)
+    return _worker(current).request(kind, payload)
 
 
 def _compile(current, target, text: str, key: str) -> Path:

@@ -87,6 +87,12 @@ class CompileWorker:
         if self._metrics is not None:
             self._metrics.inc("CompileWorkerStart")
 
+    def start(self) -> None:
+        """Start the process now (it imports the compiler while the user traces)."""
+        with self._lock:
+            if self._process is None or self._process.poll() is not None:
+                self._start()
+
     def request(self, kind: str, payload: dict):
         """Send one request; returns the worker's result or raises its error.
 

@@ -44,12 +44,23 @@ def _serve(requests, replies) -> None:
         write_message(replies, ("ok", result))
 
 
+def _warm_up() -> None:
+    """Import both MLIR builds and torch-mlir's importer before the first request
+    arrives: the worker is started early (executor.prestart_worker), so this
+    overlaps with the user's tracing instead of delaying the first compile."""
+    import mlir.ir  # noqa: F401
+    import mlir.passmanager  # noqa: F401
+    import torch_mlir.extras.fx_importer  # noqa: F401
+    import torch_mlir.ir  # noqa: F401
+
+
 def main() -> None:
     # Keep the protocol stream to ourselves: anything native code prints to
     # fd 1 goes to stderr (the log file) instead.
     replies = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
+    _warm_up()
     _serve(sys.stdin.buffer, replies)
 
 
