@@ -88,6 +88,9 @@ PIPELINES: dict[str, tuple[str, ...]] = {
 }
 # cubin is an optional last CUDA stage (needs ptxas); PTX is JIT-compiled by the driver.
 OPTIONAL_TAIL = {"cuda": ("cubin",)}
+# Where a probe ("does this op lower?") stops: the last stage in MLIR, before
+# code generation tools (llc, ptxas) that only fail when MLIR already did.
+PROBE_STOP = {"cpu": "llvm", "cuda": "plan"}
 
 
 def stage(name: str) -> Stage:

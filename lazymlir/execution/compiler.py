@@ -108,9 +108,9 @@ def _manifest(fx_text: str, key: str, options: CompileOptions, timings: dict) ->
 
 def probe(fx_text: str, options: CompileOptions, on_start=None) -> str | None:
     """None if the graph lowers through every MLIR stage of the target, else why not."""
-    stop = "llvm" if options.target == "cpu" else "plan"
     try:
-        stages.run_stages(fx_text, options.stage_options(), start="fx", stop=stop,
+        stages.run_stages(fx_text, options.stage_options(), start="fx",
+                          stop=stages.PROBE_STOP[options.target],
                           on_start=on_start)
     except LoweringError as error:
         if error.repro_file:  # a probe's failure is expected: keep TMPDIR clean
