@@ -10,8 +10,11 @@ be NVVM, gpu.binary ops count as modules too) into a `Plan`, which can be writte
 
 Slots: memref argument i of the host function is slot i; each memref.alloc gets the next
 slot. Views (expand/collapse_shape, static subview) alias their source slot plus a byte
-offset. Temporaries are freed at their memref.dealloc, or all at the end when the
-function has no dealloc (the bufferized stage does not insert any).
+offset. A kernel argument is passed as the pointer its memref type's static offset is
+relative to (kernels take bare pointers and add that offset themselves), so a launch
+argument carries only the part of the view offset the type does not. Temporaries are
+freed at their memref.dealloc, or all at the end when the function has no dealloc (the
+bufferized stage does not insert any).
 """
 
 from __future__ import annotations
@@ -276,6 +279,14 @@ class _Extractor:
         for v in lf.kernelOperands:
             if isinstance(v.type, ir.MemRefType):
                 slot, off = self.slot_of(v, op)
+                # The kernel gets a bare pointer and rebuilds the descriptor from the
+                # memref type, static offset included (convert-gpu-to-nvvm with
+                # use-bare-ptr-memref-call-conv): pass the pointer the type's offset is
+                # relative to, or the offset is applied twice.
+                off -= _static_offset(v.type) * _elem_bytes(v.type)
+                if off < 0:
+                    raise GpuLoweringError(f"kernel argument view starts before its buffer "
+                                           f"(byte offset {off}): {v.type}")
                 args.append(Arg("ptr", slot=slot, offset=off))
             else:
                 args.append(Arg(_scalar_kind(v.type), value=self.scalar(v, op)))

@@ -37,6 +37,15 @@ CachingAllocator::~CachingAllocator() {
 }
 
 CUdeviceptr CachingAllocator::allocate(size_t nbytes) {
+  CUdeviceptr ptr = take(nbytes);
+  // Emulator: every block handed out, fresh or reused, starts as 0xFF bytes.
+  if (api.poisonAllocations)
+    check(api, api.cuMemsetD8Async(ptr, 0xFF, roundSize(nbytes), nullptr),
+          "cuMemsetD8Async", " while poisoning a new allocation");
+  return ptr;
+}
+
+CUdeviceptr CachingAllocator::take(size_t nbytes) {
   size_t size = roundSize(nbytes);
   std::lock_guard<std::mutex> lock(mutex);
   auto it = freeLists.find(size);

@@ -41,6 +41,7 @@ public:
   lzrt_allocator_stats stats() const;
 
 private:
+  CUdeviceptr take(size_t nbytes);
   void releaseCachedLocked();
 
   const DriverApi &api;

@@ -92,7 +92,12 @@ int lzrt_runtime_create(int fake, int ordinal, lzrt_runtime **out) {
     require(out, "out");
     *out = nullptr;
     auto rt = std::make_unique<lzrt_runtime>();
-    rt->api = fake ? &fakeDriver() : &realDriver();
+    if (fake < 0 || fake > 2)
+      throw Error("driver kind " + std::to_string(fake) +
+                  " is not 0 (real), 1 (fake) or 2 (emulator)");
+    rt->api = fake == 2 ? &emulatorDriver()
+              : fake    ? &fakeDriver()
+                        : &realDriver();
     const DriverApi &api = *rt->api;
     check(api, api.cuInit(0), "cuInit");
     int count = 0;
@@ -134,7 +139,7 @@ int lzrt_device_info_get(lzrt_runtime *rt, lzrt_device_info *info) {
     const DriverApi &api = rt->bind();
     std::memset(info, 0, sizeof *info);
     info->ordinal = rt->ordinal;
-    info->fake = api.isFake;
+    info->fake = api.isEmulator ? 2 : api.isFake ? 1 : 0;
     check(api, api.cuDeviceGetCount(&info->device_count), "cuDeviceGetCount");
     check(api,
           api.cuDeviceGetName(info->name, sizeof info->name - 1, rt->device),
