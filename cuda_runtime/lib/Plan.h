@@ -62,6 +62,7 @@ private:
 
   uint32_t numBuffers = 0;
   uint32_t numCallerArgs = 0;
+  std::vector<uint64_t> argBytes; // per caller argument: bytes accessed (0: ?)
   std::vector<std::pair<uint32_t, uint32_t>> bindings; // (slot, arg index)
   std::vector<PlanOp> ops;
   std::vector<PlanArg> args;

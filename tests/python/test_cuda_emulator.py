@@ -126,7 +126,7 @@ def assert_matches(got: list, want: list, what: str) -> float:
 
 
 @pytest.mark.parametrize("name", sorted(emulator_cases.CASES))
-def test_case_matches_eager(name, traced, runtime):
+def test_case_matches_eager(name, runtime, traced):
     graphs = traced[name]
     assert graphs, f"case {name} traced no graph"
     how = emulator_cases.CASES[name][2]
@@ -142,7 +142,7 @@ def test_case_matches_eager(name, traced, runtime):
 
 
 @pytest.mark.parametrize("name", ["sum_all", "max_min", "softmax", "prod_all", "slice_cols"])
-def test_block_order_does_not_matter(name, traced, runtime):
+def test_block_order_does_not_matter(name, runtime, traced):
     """Blocks run last to first: same results (the atomics are order independent up
     to float rounding)."""
     fx_text = traced[name][0]
