@@ -222,6 +222,59 @@ print("ran")
     assert "out-of-bounds access" in report and "memref.load" in report, report
 
 
+BLOCK_SUM = """
+module attributes {gpu.container_module} {
+  gpu.module @blocksum {
+    gpu.func @blocksum(%x: memref<256xf32>, %out: memref<4xf32>)
+        workgroup(%sh: memref<64xf32, #gpu.address_space<workgroup>>) kernel {
+      %c0 = arith.constant 0 : index
+      %c64 = arith.constant 64 : index
+      %b = gpu.block_id x
+      %t = gpu.thread_id x
+      %base = arith.muli %b, %c64 : index
+      %i = arith.addi %base, %t : index
+      %v = memref.load %x[%i] : memref<256xf32>
+      memref.store %v, %sh[%t] : memref<64xf32, #gpu.address_space<workgroup>>
+      gpu.barrier
+      %is0 = arith.cmpi eq, %t, %c0 : index
+      scf.if %is0 {
+        %c1 = arith.constant 1 : index
+        %zero = arith.constant 0.0 : f32
+        %s = scf.for %k = %c0 to %c64 step %c1 iter_args(%acc = %zero) -> (f32) {
+          %e = memref.load %sh[%k] : memref<64xf32, #gpu.address_space<workgroup>>
+          %n = arith.addf %acc, %e : f32
+          scf.yield %n : f32
+        }
+        memref.store %s, %out[%b] : memref<4xf32>
+      }
+      gpu.barrier
+      %w = arith.mulf %v, %v : f32
+      memref.store %w, %x[%i] : memref<256xf32>
+      gpu.return
+    }
+  }
+}
+"""
+
+
+def test_barriers_and_workgroup_memory(runtime):
+    """Barriers split the thread loops (every thread finishes a phase before the next
+    starts); values crossing a barrier (%t, %i, %v) are kept per thread; workgroup
+    memory is one buffer per block. A block sum through shared memory must be exact."""
+    images = gpu_emulator.emulator_images_from_text(BLOCK_SUM)
+    plan = ("lazymlir-plan 1\nbuffers 2\narg 0 0\narg 1 1\n"
+            "launch 0 blocksum 4 1 1 64 1 1 0 2 p0 p1\n")
+    exe = CudaExecutable(plan, [(n, i, "emulator") for n, i in images], [], runtime)
+    x = torch.randn(256)
+    xs, out = runtime.copy_in(x), runtime.alloc(16)
+    exe._plan.run(exe._modules, [xs, out], runtime)
+    sums, squares = torch.empty(4), torch.empty(256)
+    runtime.copy_out(out, sums)
+    runtime.copy_out(xs, squares)
+    torch.testing.assert_close(sums, x.view(4, 64).sum(1), rtol=1e-6, atol=1e-6)
+    assert torch.equal(squares, x * x)
+
+
 def test_emulator_image_format():
     assert gpu_emulator.is_emulator_image(gpu_emulator.EMULATOR_MAGIC + b"\0" * 8)
     assert not gpu_emulator.is_emulator_image(b".version 8.0")
