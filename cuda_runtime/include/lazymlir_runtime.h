@@ -70,6 +70,10 @@ LZRT_API const char *lzrt_last_error(void);
  * kernels from emulator images run on the CPU, allocations poisoned). */
 LZRT_API int lzrt_runtime_create(int fake, int ordinal, lzrt_runtime **out);
 LZRT_API int lzrt_runtime_destroy(lzrt_runtime *rt);
+/* Nonzero: plans synchronize after every launch, so an asynchronous kernel
+ * failure is reported with the kernel name and plan line that caused it
+ * (slow; for debugging). */
+LZRT_API int lzrt_runtime_set_sync(lzrt_runtime *rt, int sync);
 LZRT_API int lzrt_device_count(int *count); /* real driver only */
 LZRT_API int lzrt_device_info_get(lzrt_runtime *rt, lzrt_device_info *info);
 LZRT_API int lzrt_synchronize(lzrt_runtime *rt);

@@ -24,6 +24,7 @@ struct lzrt_runtime {
   CUcontext context = nullptr;
   CUstream stream = nullptr;
   std::unique_ptr<CachingAllocator> allocator;
+  bool syncLaunches = false; // lzrt_runtime_set_sync
 
   /// CUDA contexts are per-thread state; make ours current on the calling
   /// thread before touching the device (Python may call from any thread).
@@ -116,6 +117,13 @@ int lzrt_runtime_create(int fake, int ordinal, lzrt_runtime **out) {
     check(api, api.cuStreamCreate(&rt->stream, 1), "cuStreamCreate");
     rt->allocator = std::make_unique<CachingAllocator>(api);
     *out = rt.release();
+  });
+}
+
+int lzrt_runtime_set_sync(lzrt_runtime *rt, int sync) {
+  return guard([&] {
+    require(rt, "runtime");
+    rt->syncLaunches = sync != 0;
   });
 }
 
@@ -303,7 +311,8 @@ int lzrt_plan_run(lzrt_runtime *rt, lzrt_plan *plan,
       mods[i] = modules[i]->module;
     }
     const DriverApi &api = rt->bind();
-    plan->plan->run(api, *rt->allocator, rt->stream, mods, args, num_args);
+    plan->plan->run(api, *rt->allocator, rt->stream, mods, args, num_args,
+                    rt->syncLaunches);
   });
 }
 

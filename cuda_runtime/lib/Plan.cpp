@@ -318,7 +318,8 @@ Plan::resolveKernels(const DriverApi &api,
 
 void Plan::run(const DriverApi &api, CachingAllocator &allocator,
                CUstream stream, const std::vector<CUmodule> &modules,
-               const uint64_t *callerArgs, size_t numArgs) {
+               const uint64_t *callerArgs, size_t numArgs,
+               bool syncEachLaunch) {
   if (numArgs < numCallerArgs)
     throw Error("plan needs " + std::to_string(numCallerArgs) +
                 " pointer arguments, got " + std::to_string(numArgs));
@@ -400,6 +401,9 @@ void Plan::run(const DriverApi &api, CachingAllocator &allocator,
                                  o.sharedBytes, stream, params.data(),
                                  nullptr),
               "cuLaunchKernel", " for kernel '" + kernels[o.dst].name + "'");
+        if (syncEachLaunch)
+          check(api, api.cuStreamSynchronize(stream), "cuStreamSynchronize",
+                " after kernel '" + kernels[o.dst].name + "'");
         break;
       }
       }

@@ -48,7 +48,7 @@ public:
   /// Temporaries are returned to the allocator even when a step fails.
   void run(const DriverApi &api, CachingAllocator &allocator, CUstream stream,
            const std::vector<CUmodule> &modules, const uint64_t *args,
-           size_t numArgs);
+           size_t numArgs, bool syncEachLaunch = false);
 
   lzrt_plan_info info() const;
 

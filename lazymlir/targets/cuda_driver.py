@@ -75,6 +75,7 @@ def _declare(lib: ctypes.CDLL) -> None:
     sigs = {
         "lzrt_runtime_create": [ctypes.c_int, ctypes.c_int, P(_vp)],
         "lzrt_runtime_destroy": [_vp], "lzrt_device_count": [P(ctypes.c_int)],
+        "lzrt_runtime_set_sync": [_vp, ctypes.c_int],
         "lzrt_device_info_get": [_vp, P(DeviceInfo)], "lzrt_synchronize": [_vp],
         "lzrt_malloc": [_vp, ctypes.c_size_t, P(_u64)], "lzrt_free": [_vp, _u64],
         "lzrt_memcpy_htod": [_vp, _u64, _vp, ctypes.c_size_t],
@@ -187,6 +188,11 @@ class CudaRuntime:
 
     def device_count(self) -> int:
         return self.device_info()["device_count"]
+
+    def set_sync(self, sync: bool) -> None:
+        """Synchronize after every launch of a plan, so that an asynchronous kernel
+        failure names its kernel and plan line (slow; for debugging)."""
+        _check(self._lib.lzrt_runtime_set_sync(self.handle, int(sync)))
 
     def synchronize(self) -> None:
         _check(self._lib.lzrt_synchronize(self.handle))

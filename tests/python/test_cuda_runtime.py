@@ -271,6 +271,21 @@ def test_plan_checks_argument_sizes(rt):
     plan.run([module], [big.ptr + 64, big.ptr])
 
 
+def test_sync_mode_names_the_failing_kernel_and_line(rt):
+    module = rt.load_module(FAKE_PTX)
+    plan = LaunchPlan(HEADER + "alloc 0 64\nlaunch 0 touch 1 1 1 1 1 1 0 1 p0\n"
+                      "launch 0 touch 1 1 1 1 1 1 0 1 p0\n")
+    fake.fail_call("cuStreamSynchronize", 2, 700)  # the second launch faults
+    rt.set_sync(True)
+    with pytest.raises(CudaError, match=r"cuStreamSynchronize failed: "
+                                        r"CUDA_ERROR_ILLEGAL_ADDRESS .* after kernel 'touch' "
+                                        r"\(plan line 5\)"):
+        plan.run([module], [])
+    rt.set_sync(False)
+    plan.run([module], [])  # no synchronization, no injected failure reached
+    assert fake.call_count("cuStreamSynchronize") == 2
+
+
 def test_module_load_errors(rt):
     with pytest.raises(CudaError) as info:
         rt.load_module("this is not ptx")
