@@ -342,6 +342,75 @@ def _sink_globals(loop) -> None:
             g.operation.erase()
 
 
+def _sinkable(op) -> bool:
+    """Host ops a kernel may recompute itself: scalar reads of a buffer (scalar graph
+    inputs are 0-d f64 buffers) and side-effect-free scalar arith on them."""
+    name = op.name
+    if name == "memref.load":
+        return True
+    return name.startswith("arith.") and name != "arith.constant" and not op.regions
+
+
+def _sink_scalar_reads(loop) -> None:
+    """A value the host reads from device memory (`memref.load` of a scalar graph input,
+    and arith on it) cannot stay on the host: the plan has no way to read memory. Clone
+    the chain into the loop (the future kernel), which reads the buffer itself; the host
+    copies become dead and are erased by `_erase_dead_host_scalars`."""
+    host_block = loop.operation.parent.regions[0].blocks[0]
+    host_ops = {}
+    for position, op in enumerate(host_block.operations):
+        if op.operation == loop.operation:
+            break
+        for result in op.operation.results:
+            host_ops[result] = (position, op.operation)
+    needed = {}
+
+    def need(value):
+        entry = host_ops.get(value)
+        if entry is None or not _sinkable(entry[1]) or entry[0] in needed:
+            return
+        needed[entry[0]] = entry[1]
+        for operand in entry[1].operands:
+            need(operand)
+
+    def visit(op):
+        for operand in op.operands:
+            need(operand)
+        return ir.WalkResult.ADVANCE
+
+    loop.operation.walk(visit)
+    if not needed:
+        return
+    body = loop.regions[0].blocks[0]
+    ip = ir.InsertionPoint.at_block_begin(body)
+    mapping = {}
+    for _, op in sorted(needed.items(), key=lambda kv: kv[0]):
+        clone = op.clone(ip=ip)
+        for i, operand in enumerate(clone.operands):
+            if operand in mapping:
+                clone.operands[i] = mapping[operand]
+        for old, new in zip(op.results, clone.results):
+            mapping[old] = new
+    clones = {c.owner for c in mapping.values()}
+
+    def replace(op):
+        if op in clones:
+            return ir.WalkResult.ADVANCE
+        for i, operand in enumerate(op.operands):
+            if operand in mapping:
+                op.operands[i] = mapping[operand]
+        return ir.WalkResult.ADVANCE
+
+    loop.operation.walk(replace)
+
+
+def _erase_dead_host_scalars(host) -> None:
+    for op in reversed(list(host.regions[0].blocks[0].operations)):
+        op = op.operation
+        if _sinkable(op) and all(not list(r.uses) for r in op.results):
+            op.erase()
+
+
 def _dense(t: ir.Type) -> bool:
     """Row-major, offset 0: the memref is a whole buffer."""
     mt = ir.MemRefType(t)
@@ -383,7 +452,9 @@ def _map_host_loops(module: ir.Module, opts: GpuOptions) -> None:
     for op in list(host.regions[0].blocks[0].operations):
         if op.operation.name == "scf.parallel":
             _sink_globals(op)
+            _sink_scalar_reads(op)
             _map_parallel_loop(op, opts.block_size)
+    _erase_dead_host_scalars(host)
 
 
 # --------------------------------------------------------------------------------------

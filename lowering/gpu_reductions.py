@@ -13,7 +13,9 @@ becomes
         memref.atomic_rmw <comb> acc, out[p]
 
 Each thread starts from its chunk's first element, so no identity value is needed; the
-output's initial value (the preceding fill) is combined in by the atomics. Only generics
+output's initial value (the preceding fill) is combined in by the atomics. Combiners
+without a usable atomic (mulf/muli: `prod`) store each chunk's result into a temporary
+`[P.., chunks]` buffer instead, and a second loop folds the chunks into the output. Only generics
 with one output whose body yields `comb(out, e)` (e independent of out) with an atomic
 `comb` are rewritten; others keep the serial inner loop.
 """
@@ -25,8 +27,10 @@ import math
 from mlir import ir
 from mlir.dialects import affine, arith, memref, scf
 
-# arith combiner -> memref.atomic_rmw kind (the NVVM lowering supports all of them; float
-# max/min become CAS loops in the NVPTX backend where no native atomic exists).
+# arith combiner -> memref.atomic_rmw kind. The NVVM lowering (MemRefToLLVM) turns each
+# into one llvm.atomicrmw, except mulf/muli, which have no atomicrmw form (and LLVM 22's
+# generic_atomic_rmw lowering emits an invalid f32 cmpxchg): see GENERIC_KINDS. Float max/min
+# become CAS loops in the NVPTX backend where no native atomic exists.
 ATOMIC_KINDS = {
     "arith.addf": "addf",
     "arith.addi": "addi",
@@ -42,6 +46,9 @@ ATOMIC_KINDS = {
     "arith.minui": "minu",
     "arith.ori": "ori",
 }
+# Kinds without a usable atomic: chunks store partial results into a temporary and a
+# second kernel folds them into the output (two passes, no atomics, deterministic).
+GENERIC_KINDS = frozenset({"mulf", "muli"})
 
 
 def _walk(module, name):
@@ -137,10 +144,17 @@ def _rewrite(op, comb, e, chunk: int, extents: list[int], npar: int) -> None:
     par_ext, red_ext = extents[:npar], extents[npar:]
     total_r = math.prod(red_ext)
     nchunks = -(-total_r // chunk)
-    kind = arith.AtomicRMWKind[ATOMIC_KINDS[comb.name]]
     out = op.outputs[0]
     index = ir.IndexType.get()
+    kind, partials = ATOMIC_KINDS[comb.name], None
     with ir.InsertionPoint(op), op.location:
+        if kind in GENERIC_KINDS:
+            # No atomic for this combiner: each chunk stores its partial result, a second
+            # loop combines them (see _combine_partials).
+            elem = ir.MemRefType(out.type).element_type
+            partials = memref.AllocOp(ir.MemRefType.get([*par_ext, nchunks], elem), [], []).result
+        else:
+            kind = arith.AtomicRMWKind[kind]
         zero, one = _cidx(0), _cidx(1)
         ubs = [_cidx(x) for x in par_ext] + [_cidx(nchunks)]
         loop = scf.ParallelOp([], [zero] * len(ubs), ubs, [one] * len(ubs), [])
@@ -175,9 +189,40 @@ def _rewrite(op, comb, e, chunk: int, extents: list[int], npar: int) -> None:
             affine.AffineApplyOp(ir.AffineMap.get(npar, 0, [x]), pivs).result
             for x in _out_results(maps[-1], npar)
         ]
-        memref.AtomicRMWOp(kind, loop_r.results[0], out, out_idx)
+        if partials is None:
+            memref.AtomicRMWOp(kind, loop_r.results[0], out, out_idx)
+        else:
+            memref.StoreOp(loop_r.results[0], partials, pivs + [body.arguments[npar]])
         scf.ReduceOp([], 0)
+    if partials is not None:
+        with ir.InsertionPoint(op), op.location:
+            _combine_partials(op, comb, partials, par_ext, nchunks, maps[-1], npar)
+            memref.DeallocOp(partials)
     op.operation.erase()
+
+
+def _combine_partials(op, comb, partials, par_ext, nchunks, out_map, npar) -> None:
+    """Second pass of a split reduction without an atomic: one thread per output folds
+    the chunks' partial results into it, in chunk order (deterministic)."""
+    out = op.outputs[0]
+    index = ir.IndexType.get()
+    zero, one = _cidx(0), _cidx(1)
+    ubs = [_cidx(x) for x in par_ext] or [one]  # scf.parallel needs at least one dim
+    loop = scf.ParallelOp([], [zero] * len(ubs), ubs, [one] * len(ubs), [])
+    body = loop.regions[0].blocks.append(*([index] * len(ubs)))
+    with ir.InsertionPoint(body):
+        pivs = list(body.arguments)[:npar]
+        out_idx = [affine.AffineApplyOp(ir.AffineMap.get(npar, 0, [x]), pivs).result
+                   for x in _out_results(out_map, npar)]
+        init = memref.LoadOp(out, out_idx).result
+        fold = scf.ForOp(zero, _cidx(nchunks), one, [init])
+        with ir.InsertionPoint(fold.body):
+            part = memref.LoadOp(partials, pivs + [fold.induction_variable]).result
+            new = comb.clone()
+            new.operands[0], new.operands[1] = fold.inner_iter_args[0], part
+            scf.YieldOp([new.results[0]])
+        memref.StoreOp(fold.results[0], out, out_idx)
+        scf.ReduceOp([], 0)
 
 
 def _out_results(out_map, npar):  # noqa: ARG001

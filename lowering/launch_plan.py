@@ -10,8 +10,11 @@ be NVVM, gpu.binary ops count as modules too) into a `Plan`, which can be writte
 
 Slots: memref argument i of the host function is slot i; each memref.alloc gets the next
 slot. Views (expand/collapse_shape, static subview) alias their source slot plus a byte
-offset. Temporaries are freed at their memref.dealloc, or all at the end when the
-function has no dealloc (the bufferized stage does not insert any).
+offset. A kernel argument is passed as the pointer its memref type's static offset is
+relative to (kernels take bare pointers and add that offset themselves), so a launch
+argument carries only the part of the view offset the type does not. Temporaries are
+freed at their memref.dealloc, or all at the end when the function has no dealloc (the
+bufferized stage does not insert any).
 """
 
 from __future__ import annotations
@@ -32,10 +35,12 @@ class Arg:
     slot: int = -1
     offset: int = 0
     value: int | float = 0
+    nbytes: int = 0  # ptr: bytes the kernel may touch from the pointer (0: unknown)
 
     def text(self) -> str:
         if self.kind == "ptr":
-            return f"p{self.slot}" + (f"+{self.offset}" if self.offset else "")
+            return (f"p{self.slot}" + (f"+{self.offset}" if self.offset else "")
+                    + (f"[{self.nbytes}]" if self.nbytes else ""))
         if self.kind in ("i32", "i64"):
             return f"{self.kind}:{int(self.value)}"
         if self.kind == "f32":
@@ -84,7 +89,7 @@ class Plan:
 
 def plan_to_text(plan: Plan) -> str:
     lines = ["lazymlir-plan 1", f"buffers {plan.num_buffers}"]
-    lines += [f"arg {slot} {index}" for slot, index, _ in plan.args]
+    lines += [f"arg {slot} {index} {nbytes}" for slot, index, nbytes in plan.args]
     lines += [op.text() for op in plan.ops]
     return "\n".join(lines) + "\n"
 
@@ -125,6 +130,17 @@ def _contiguous(t: ir.Type) -> bool:
             return False
         expect *= size
     return True
+
+
+def span_bytes(t: ir.Type) -> int:
+    """Bytes from the pointer a kernel gets for memref type `t` (offset relative to it)
+    to one past the last element the type can address."""
+    mt = ir.MemRefType(t)
+    strides, offset = mt.get_strides_and_offset()
+    if any(size == 0 for size in mt.shape):
+        return 0
+    last = offset + sum((size - 1) * stride for size, stride in zip(mt.shape, strides))
+    return (last + 1) * _elem_bytes(t)
 
 
 def _elem_bytes(t: ir.Type) -> int:
@@ -276,7 +292,15 @@ class _Extractor:
         for v in lf.kernelOperands:
             if isinstance(v.type, ir.MemRefType):
                 slot, off = self.slot_of(v, op)
-                args.append(Arg("ptr", slot=slot, offset=off))
+                # The kernel gets a bare pointer and rebuilds the descriptor from the
+                # memref type, static offset included (convert-gpu-to-nvvm with
+                # use-bare-ptr-memref-call-conv): pass the pointer the type's offset is
+                # relative to, or the offset is applied twice.
+                off -= _static_offset(v.type) * _elem_bytes(v.type)
+                if off < 0:
+                    raise GpuLoweringError(f"kernel argument view starts before its buffer "
+                                           f"(byte offset {off}): {v.type}")
+                args.append(Arg("ptr", slot=slot, offset=off, nbytes=span_bytes(v.type)))
             else:
                 args.append(Arg(_scalar_kind(v.type), value=self.scalar(v, op)))
         if mod not in self.mod_index:
@@ -361,12 +385,14 @@ def plan_to_lzrt_text(plan: Plan) -> str:
         else:
             operands = [ref(a.slot, a.offset) for a in op.args if a.kind == "ptr"]
             args = ", ".join("unit" if a.kind == "ptr" else _scalar_attr(a) for a in op.args)
+            sizes = ", ".join(str(a.nbytes if a.kind == "ptr" else 0) for a in op.args)
             lines.append(
                 f'"lzrt.launch"({", ".join(operands)}) {{module_index = '
                 f'{_i64(op.module_index)}, module = "{op.module}", kernel = "{op.kernel}", '
                 f"grid = array<i64: {', '.join(map(str, op.grid))}>, "
                 f"block = array<i64: {', '.join(map(str, op.block))}>, "
-                f"shared_bytes = {_i64(op.shared_bytes)}, args = [{args}]}} : "
+                f"shared_bytes = {_i64(op.shared_bytes)}, args = [{args}]"
+                + (f", arg_bytes = array<i64: {sizes}>" if sizes else "") + "} : "
                 f"({', '.join([buf] * len(operands))}) -> ()"
             )
     body = "\n".join("  " + line for line in lines + ["func.return"])
@@ -428,10 +454,12 @@ def _launch_from_lzrt(op, slot_of) -> Op:
     attr = op.attributes
     operands = iter(op.operands)
     args = []
-    for a in ir.ArrayAttr(attr["args"]):
+    sizes = list(ir.DenseI64ArrayAttr(attr["arg_bytes"])) if "arg_bytes" in attr else []
+    for i, a in enumerate(ir.ArrayAttr(attr["args"])):
         if isinstance(a, ir.UnitAttr):
             slot, off = slot_of[next(operands)]
-            args.append(Arg("ptr", slot=slot, offset=off))
+            args.append(Arg("ptr", slot=slot, offset=off,
+                            nbytes=sizes[i] if i < len(sizes) else 0))
         elif isinstance(a, ir.IntegerAttr):
             args.append(Arg(_scalar_kind(a.type), value=ir.IntegerAttr(a).value))
         elif isinstance(a, ir.FloatAttr):

@@ -40,7 +40,7 @@ typedef struct lzrt_device_info {
   int cc_major;
   int cc_minor;
   int multiprocessor_count;
-  int fake; /* 1 when running on the fake driver */
+  int fake; /* 1 on the fake driver, 2 on the emulator driver, else 0 */
 } lzrt_device_info;
 
 typedef struct lzrt_allocator_stats {
@@ -65,9 +65,15 @@ typedef struct lzrt_plan_info {
  * the same thread. */
 LZRT_API const char *lzrt_last_error(void);
 
-/* Runtime: fake != 0 installs the fake driver instead of libcuda.so.1. */
+/* Runtime: `fake` picks the driver: 0 = libcuda.so.1, 1 = the fake driver
+ * (runs no kernel code), 2 = the emulator driver (the fake driver's memory,
+ * kernels from emulator images run on the CPU, allocations poisoned). */
 LZRT_API int lzrt_runtime_create(int fake, int ordinal, lzrt_runtime **out);
 LZRT_API int lzrt_runtime_destroy(lzrt_runtime *rt);
+/* Nonzero: plans synchronize after every launch, so an asynchronous kernel
+ * failure is reported with the kernel name and plan line that caused it
+ * (slow; for debugging). */
+LZRT_API int lzrt_runtime_set_sync(lzrt_runtime *rt, int sync);
 LZRT_API int lzrt_device_count(int *count); /* real driver only */
 LZRT_API int lzrt_device_info_get(lzrt_runtime *rt, lzrt_device_info *info);
 LZRT_API int lzrt_synchronize(lzrt_runtime *rt);
@@ -125,6 +131,12 @@ LZRT_API int lzrt_fake_set_memory_limit(uint64_t bytes);
 LZRT_API int lzrt_fake_launch_log(char *buf, size_t cap, size_t *len);
 LZRT_API int lzrt_fake_call_count(const char *call, uint64_t *count);
 LZRT_API int lzrt_fake_memory(uint64_t *live_allocs, uint64_t *live_bytes);
+
+/* Emulator driver controls (process-wide). Nonzero: run the blocks of each
+ * grid in reverse order (exposes order dependence between blocks). */
+LZRT_API int lzrt_emulator_set_reverse_blocks(int reverse);
+/* Kernel launches and blocks run by the emulator since the process started. */
+LZRT_API int lzrt_emulator_stats(uint64_t *launches, uint64_t *blocks);
 
 #ifdef __cplusplus
 }

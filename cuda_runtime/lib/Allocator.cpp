@@ -36,7 +36,26 @@ CachingAllocator::~CachingAllocator() {
     api.cuMemFree(entry.first);
 }
 
+size_t CachingAllocator::requestedBytes(CUdeviceptr ptr) const {
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = requested.find(ptr);
+  return it == requested.end() ? 0 : it->second;
+}
+
 CUdeviceptr CachingAllocator::allocate(size_t nbytes) {
+  CUdeviceptr ptr = take(nbytes);
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    requested[ptr] = nbytes;
+  }
+  // Emulator: every block handed out, fresh or reused, starts as 0xFF bytes.
+  if (api.poisonAllocations)
+    check(api, api.cuMemsetD8Async(ptr, 0xFF, roundSize(nbytes), nullptr),
+          "cuMemsetD8Async", " while poisoning a new allocation");
+  return ptr;
+}
+
+CUdeviceptr CachingAllocator::take(size_t nbytes) {
   size_t size = roundSize(nbytes);
   std::lock_guard<std::mutex> lock(mutex);
   auto it = freeLists.find(size);
@@ -74,6 +93,7 @@ void CachingAllocator::deallocate(CUdeviceptr ptr) {
                 std::to_string(ptr));
   size_t size = it->second;
   live.erase(it);
+  requested.erase(ptr);
   freeLists[size].push_back(ptr);
   counters.bytes_in_use -= size;
   counters.bytes_cached += size;

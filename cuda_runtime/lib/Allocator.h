@@ -36,16 +36,21 @@ public:
 
   CUdeviceptr allocate(size_t nbytes);
   void deallocate(CUdeviceptr ptr);
+  /// Bytes requested for the live block starting at `ptr`; 0 if `ptr` is not
+  /// the start of a block this allocator handed out.
+  size_t requestedBytes(CUdeviceptr ptr) const;
   /// Returns every cached block to the driver.
   void emptyCache();
   lzrt_allocator_stats stats() const;
 
 private:
+  CUdeviceptr take(size_t nbytes);
   void releaseCachedLocked();
 
   const DriverApi &api;
   mutable std::mutex mutex;
   std::unordered_map<CUdeviceptr, size_t> live;          // ptr -> class size
+  std::unordered_map<CUdeviceptr, size_t> requested;     // ptr -> bytes asked
   std::map<size_t, std::vector<CUdeviceptr>> freeLists;  // class -> blocks
   lzrt_allocator_stats counters{};
 };

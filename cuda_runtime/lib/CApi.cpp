@@ -24,6 +24,7 @@ struct lzrt_runtime {
   CUcontext context = nullptr;
   CUstream stream = nullptr;
   std::unique_ptr<CachingAllocator> allocator;
+  bool syncLaunches = false; // lzrt_runtime_set_sync
 
   /// CUDA contexts are per-thread state; make ours current on the calling
   /// thread before touching the device (Python may call from any thread).
@@ -92,7 +93,12 @@ int lzrt_runtime_create(int fake, int ordinal, lzrt_runtime **out) {
     require(out, "out");
     *out = nullptr;
     auto rt = std::make_unique<lzrt_runtime>();
-    rt->api = fake ? &fakeDriver() : &realDriver();
+    if (fake < 0 || fake > 2)
+      throw Error("driver kind " + std::to_string(fake) +
+                  " is not 0 (real), 1 (fake) or 2 (emulator)");
+    rt->api = fake == 2 ? &emulatorDriver()
+              : fake    ? &fakeDriver()
+                        : &realDriver();
     const DriverApi &api = *rt->api;
     check(api, api.cuInit(0), "cuInit");
     int count = 0;
@@ -111,6 +117,13 @@ int lzrt_runtime_create(int fake, int ordinal, lzrt_runtime **out) {
     check(api, api.cuStreamCreate(&rt->stream, 1), "cuStreamCreate");
     rt->allocator = std::make_unique<CachingAllocator>(api);
     *out = rt.release();
+  });
+}
+
+int lzrt_runtime_set_sync(lzrt_runtime *rt, int sync) {
+  return guard([&] {
+    require(rt, "runtime");
+    rt->syncLaunches = sync != 0;
   });
 }
 
@@ -134,7 +147,7 @@ int lzrt_device_info_get(lzrt_runtime *rt, lzrt_device_info *info) {
     const DriverApi &api = rt->bind();
     std::memset(info, 0, sizeof *info);
     info->ordinal = rt->ordinal;
-    info->fake = api.isFake;
+    info->fake = api.isEmulator ? 2 : api.isFake ? 1 : 0;
     check(api, api.cuDeviceGetCount(&info->device_count), "cuDeviceGetCount");
     check(api,
           api.cuDeviceGetName(info->name, sizeof info->name - 1, rt->device),
@@ -298,7 +311,8 @@ int lzrt_plan_run(lzrt_runtime *rt, lzrt_plan *plan,
       mods[i] = modules[i]->module;
     }
     const DriverApi &api = rt->bind();
-    plan->plan->run(api, *rt->allocator, rt->stream, mods, args, num_args);
+    plan->plan->run(api, *rt->allocator, rt->stream, mods, args, num_args,
+                    rt->syncLaunches);
   });
 }
 

@@ -2,8 +2,9 @@
 //
 // The few CUDA driver types and entry points the runtime uses, declared here
 // so that building needs no CUDA headers. All calls go through a DriverApi
-// table of function pointers, filled either from libcuda.so.1 (dlopen) or by
-// the fake driver used in tests.
+// table of function pointers, filled either from libcuda.so.1 (dlopen), by
+// the fake driver used in tests, or by the emulator driver (fake + kernels
+// run on the CPU).
 //
 //===----------------------------------------------------------------------===//
 
@@ -80,6 +81,10 @@ struct DriverApi {
   LZRT_DRIVER_FUNCTIONS(LZRT_DECLARE_MEMBER)
 #undef LZRT_DECLARE_MEMBER
   bool isFake = false;
+  bool isEmulator = false;
+  /// Fill every block the allocator hands out with 0xFF bytes (NaN for
+  /// floats) so that reads of never-written memory show; emulator only.
+  bool poisonAllocations = false;
 };
 
 /// The error type thrown inside the runtime; the C API turns it into the
@@ -93,6 +98,8 @@ struct Error : std::runtime_error {
 const DriverApi &realDriver();
 /// The process-wide fake driver (see FakeDriver.cpp).
 const DriverApi &fakeDriver();
+/// The fake driver plus kernel execution on the CPU (see EmulatorDriver.cpp).
+const DriverApi &emulatorDriver();
 
 /// Formats `<call> failed: <CUDA error name> (<description>)`.
 std::string describeFailure(const DriverApi &api, const char *call,

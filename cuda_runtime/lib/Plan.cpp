@@ -69,6 +69,7 @@ std::unique_ptr<Plan> Plan::parse(const std::string &text) {
   auto plan = std::make_unique<Plan>();
   std::vector<SlotState> slots;
   std::vector<uint64_t> slotBytes; // alloc size, for bounds checks
+  std::vector<uint64_t> slotNeed;  // caller-argument slots: bytes accessed
   bool sawHeader = false, sawBuffers = false;
 
   std::istringstream lines(text);
@@ -106,6 +107,8 @@ std::unique_ptr<Plan> Plan::parse(const std::string &text) {
         return slot;
       };
       auto checkBytes = [&](uint32_t slot, uint64_t end) {
+        if (slots[slot] == SlotState::Arg)
+          slotNeed[slot] = std::max(slotNeed[slot], end);
         if (slots[slot] == SlotState::Live && end > slotBytes[slot])
           throw LineError{"access of " + std::to_string(end) +
                           " bytes exceeds slot " + std::to_string(slot) +
@@ -128,19 +131,23 @@ std::unique_ptr<Plan> Plan::parse(const std::string &text) {
             parseUnsigned(tok[1], 1u << 20, "buffer count"));
         slots.assign(plan->numBuffers, SlotState::Unused);
         slotBytes.assign(plan->numBuffers, 0);
+        slotNeed.assign(plan->numBuffers, 0);
         sawBuffers = true;
         continue;
       }
       PlanOp o{};
       o.line = lineNo;
       if (op == "arg") {
-        expectCount(3);
+        if (tok.size() != 4)
+          expectCount(3); // `arg <slot> <index> [<nbytes>]`
         uint32_t slot = slotIndex(tok[1]);
         if (slots[slot] != SlotState::Unused)
           throw LineError{"slot " + tok[1] + " is already bound"};
         auto index =
             static_cast<uint32_t>(parseUnsigned(tok[2], 1u << 16, "arg index"));
         slots[slot] = SlotState::Arg;
+        if (tok.size() == 4)
+          checkBytes(slot, parseUnsigned(tok[3], UINT64_MAX, "byte count"));
         plan->bindings.emplace_back(slot, index);
         plan->numCallerArgs = std::max(plan->numCallerArgs, index + 1);
         continue;
@@ -207,14 +214,27 @@ std::unique_ptr<Plan> Plan::parse(const std::string &text) {
           PlanArg arg{};
           std::string tail = a.substr(a.find(':') + 1);
           if (a[0] == 'p' && a.find(':') == std::string::npos) {
-            size_t plus = a.find('+');
-            arg.kind = PlanArg::Ptr;
-            arg.slot = usable(slotIndex(a.substr(1, plus - 1)));
-            if (plus != std::string::npos) {
-              arg.value = parseUnsigned(a.substr(plus + 1), UINT64_MAX,
-                                        "pointer offset");
-              checkBytes(arg.slot, arg.value);
+            // p<slot>[+<offset>][[<nbytes>]]: nbytes = bytes the kernel may
+            // access from the pointer.
+            size_t bracket = a.find('[');
+            std::string ref = a.substr(0, bracket);
+            uint64_t extent = 0;
+            if (bracket != std::string::npos) {
+              if (a.back() != ']')
+                throw LineError{"bad kernel argument '" + a + "'"};
+              extent = parseUnsigned(a.substr(bracket + 1, a.size() - bracket - 2),
+                                     UINT64_MAX, "argument byte count");
             }
+            size_t plus = ref.find('+');
+            arg.kind = PlanArg::Ptr;
+            arg.slot = usable(slotIndex(ref.substr(1, plus - 1)));
+            if (plus != std::string::npos)
+              arg.value = parseUnsigned(ref.substr(plus + 1), UINT64_MAX,
+                                        "pointer offset");
+            if (extent > UINT64_MAX - arg.value)
+              throw LineError{"argument extent overflows: '" + a + "'"};
+            if (extent || plus != std::string::npos)
+              checkBytes(arg.slot, arg.value + extent);
           } else if (a.rfind("i32:", 0) == 0) {
             arg.kind = PlanArg::I32;
             arg.value = static_cast<uint32_t>(
@@ -255,6 +275,9 @@ std::unique_ptr<Plan> Plan::parse(const std::string &text) {
                   ": '" + raw + "'");
     }
   }
+  plan->argBytes.assign(plan->numCallerArgs, 0);
+  for (auto &b : plan->bindings)
+    plan->argBytes[b.second] = slotNeed.empty() ? 0 : slotNeed[b.first];
   if (!sawHeader)
     throw Error("plan: missing header 'lazymlir-plan 1'");
   if (!sawBuffers)
@@ -295,7 +318,8 @@ Plan::resolveKernels(const DriverApi &api,
 
 void Plan::run(const DriverApi &api, CachingAllocator &allocator,
                CUstream stream, const std::vector<CUmodule> &modules,
-               const uint64_t *callerArgs, size_t numArgs) {
+               const uint64_t *callerArgs, size_t numArgs,
+               bool syncEachLaunch) {
   if (numArgs < numCallerArgs)
     throw Error("plan needs " + std::to_string(numCallerArgs) +
                 " pointer arguments, got " + std::to_string(numArgs));
@@ -307,6 +331,15 @@ void Plan::run(const DriverApi &api, CachingAllocator &allocator,
       throw Error("plan run with an unloaded module");
   std::vector<CUfunction> fns = resolveKernels(api, modules);
 
+  // A caller buffer that the allocator knows must hold what the plan's
+  // kernels access in it (foreign or interior pointers cannot be checked).
+  for (size_t i = 0; i < argBytes.size(); ++i) {
+    size_t have = argBytes[i] ? allocator.requestedBytes(callerArgs[i]) : 0;
+    if (have && have < argBytes[i])
+      throw Error("plan argument " + std::to_string(i) + " is a " +
+                  std::to_string(have) + "-byte buffer, but the plan accesses " +
+                  std::to_string(argBytes[i]) + " bytes of it");
+  }
   std::vector<CUdeviceptr> ptrs(numBuffers, 0);
   for (auto &b : bindings)
     ptrs[b.first] = callerArgs[b.second];
@@ -368,6 +401,9 @@ void Plan::run(const DriverApi &api, CachingAllocator &allocator,
                                  o.sharedBytes, stream, params.data(),
                                  nullptr),
               "cuLaunchKernel", " for kernel '" + kernels[o.dst].name + "'");
+        if (syncEachLaunch)
+          check(api, api.cuStreamSynchronize(stream), "cuStreamSynchronize",
+                " after kernel '" + kernels[o.dst].name + "'");
         break;
       }
       }

@@ -48,7 +48,7 @@ public:
   /// Temporaries are returned to the allocator even when a step fails.
   void run(const DriverApi &api, CachingAllocator &allocator, CUstream stream,
            const std::vector<CUmodule> &modules, const uint64_t *args,
-           size_t numArgs);
+           size_t numArgs, bool syncEachLaunch = false);
 
   lzrt_plan_info info() const;
 
@@ -62,6 +62,7 @@ private:
 
   uint32_t numBuffers = 0;
   uint32_t numCallerArgs = 0;
+  std::vector<uint64_t> argBytes; // per caller argument: bytes accessed (0: ?)
   std::vector<std::pair<uint32_t, uint32_t>> bindings; // (slot, arg index)
   std::vector<PlanOp> ops;
   std::vector<PlanArg> args;

@@ -4,7 +4,9 @@ cuda_runtime/include/lazymlir_runtime.h).
 The native library loads libcuda.so.1 itself at run time, so importing this
 module works everywhere; only ``CudaRuntime.create()`` needs a driver.
 ``CudaRuntime.create(fake=True)`` runs on the fake driver (host memory,
-recorded launches) for tests without a GPU.
+recorded launches) for tests without a GPU; ``CudaRuntime.create(emulator=True)``
+on the emulator driver, which runs emulator images of the kernels
+(lowering/gpu_emulator.py) on the CPU.
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ def _declare(lib: ctypes.CDLL) -> None:
     sigs = {
         "lzrt_runtime_create": [ctypes.c_int, ctypes.c_int, P(_vp)],
         "lzrt_runtime_destroy": [_vp], "lzrt_device_count": [P(ctypes.c_int)],
+        "lzrt_runtime_set_sync": [_vp, ctypes.c_int],
         "lzrt_device_info_get": [_vp, P(DeviceInfo)], "lzrt_synchronize": [_vp],
         "lzrt_malloc": [_vp, ctypes.c_size_t, P(_u64)], "lzrt_free": [_vp, _u64],
         "lzrt_memcpy_htod": [_vp, _u64, _vp, ctypes.c_size_t],
@@ -93,6 +96,8 @@ def _declare(lib: ctypes.CDLL) -> None:
         "lzrt_fake_launch_log": [ctypes.c_char_p, ctypes.c_size_t, P(ctypes.c_size_t)],
         "lzrt_fake_call_count": [ctypes.c_char_p, P(_u64)],
         "lzrt_fake_memory": [P(_u64), P(_u64)],
+        "lzrt_emulator_set_reverse_blocks": [ctypes.c_int],
+        "lzrt_emulator_stats": [P(_u64), P(_u64)],
     }
     for name, argtypes in sigs.items():
         fn = getattr(lib, name)
@@ -150,10 +155,12 @@ class CudaRuntime:
 
     @classmethod
     def create(cls, fake: bool = False, ordinal: int = 0,
-               library: str | None = None) -> CudaRuntime:
+               library: str | None = None, emulator: bool = False) -> CudaRuntime:
+        """`fake`: the fake driver; `emulator`: the emulator driver; else libcuda.so.1."""
         lib = load_library(library)
         h = _vp()
-        _check(lib.lzrt_runtime_create(int(fake), ordinal, ctypes.byref(h)))
+        kind = 2 if emulator else int(bool(fake))
+        _check(lib.lzrt_runtime_create(kind, ordinal, ctypes.byref(h)))
         return cls(h.value, lib)
 
     def close(self) -> None:
@@ -176,10 +183,16 @@ class CudaRuntime:
         return {"name": info.name.decode(), "ordinal": info.ordinal,
                 "device_count": info.device_count,
                 "compute_capability": (info.cc_major, info.cc_minor),
-                "multiprocessors": info.multiprocessor_count, "fake": bool(info.fake)}
+                "multiprocessors": info.multiprocessor_count, "fake": info.fake == 1,
+                "emulator": info.fake == 2}
 
     def device_count(self) -> int:
         return self.device_info()["device_count"]
+
+    def set_sync(self, sync: bool) -> None:
+        """Synchronize after every launch of a plan, so that an asynchronous kernel
+        failure names its kernel and plan line (slow; for debugging)."""
+        _check(self._lib.lzrt_runtime_set_sync(self.handle, int(sync)))
 
     def synchronize(self) -> None:
         _check(self._lib.lzrt_synchronize(self.handle))
@@ -380,6 +393,22 @@ class fake:
         buf = ctypes.create_string_buffer(n.value + 1)
         _check(lib.lzrt_fake_launch_log(buf, len(buf), ctypes.byref(n)))
         return [_parse_launch(line) for line in buf.value.decode().splitlines()]
+
+
+class emulator:
+    """Controls of the process-wide emulator driver."""
+
+    @staticmethod
+    def set_reverse_blocks(reverse: bool) -> None:
+        """Run each grid's blocks last to first (exposes order dependence)."""
+        _check(load_library().lzrt_emulator_set_reverse_blocks(int(reverse)))
+
+    @staticmethod
+    def stats() -> dict:
+        """Kernel launches and blocks the emulator has run in this process."""
+        a, b = _u64(), _u64()
+        _check(load_library().lzrt_emulator_stats(ctypes.byref(a), ctypes.byref(b)))
+        return {"launches": a.value, "blocks": b.value}
 
 
 def _parse_launch(line: str) -> dict:

@@ -156,6 +156,10 @@ def test_parse_valid_plan():
     (HEADER + "launch 0 k 1 1 1 1 1 1 0 1 u8:1\n", "plan line 3: bad kernel argument 'u8:1'"),
     (HEADER + "launch 0 k 0 1 1 1 1 1 0 0\n", "plan line 3: grid and block dimensions"),
     (HEADER + "launch 0 k 1 1 1\n", "plan line 3: 'launch' expects"),
+    (HEADER + "alloc 0 64\nlaunch 0 k 1 1 1 1 1 1 0 1 p0+16[64]\n",
+     "plan line 4: access of 80 bytes exceeds slot 0 (64 bytes)"),
+    (HEADER + "alloc 0 64\nlaunch 0 k 1 1 1 1 1 1 0 1 p0[64\n", "bad kernel argument 'p0[64'"),
+    (HEADER + "arg 0 0 4 4\n", "plan line 3: 'arg' expects 2 operands, got 4"),
 ])
 def test_parse_rejects_malformed_plans(body, message):
     with pytest.raises(CudaError) as info:
@@ -247,6 +251,39 @@ def test_plan_run_errors(rt):
     wrong = LaunchPlan(HEADER + "launch 0 touch 1 1 1 1 1 1 0 0\n")
     with pytest.raises(CudaError, match="cuLaunchKernel failed: CUDA_ERROR_INVALID_VALUE"):
         wrong.run([module], [])
+
+
+def test_plan_checks_argument_sizes(rt):
+    """`arg <slot> <index> <nbytes>` and `p<slot>[<nbytes>]`: a caller buffer from the
+    allocator smaller than what the plan's kernels access is refused before launching."""
+    module = rt.load_module(FAKE_PTX)
+    plan = LaunchPlan(HEADER + "arg 0 0 32\narg 1 1\nlaunch 0 touch 1 1 1 1 1 1 0 1 p1+8[56]\n")
+    plan.run([module], [rt.alloc(32), rt.alloc(64)])
+    assert len(fake.launches()) == 1
+    with pytest.raises(CudaError, match="plan argument 1 is a 63-byte buffer, but the plan "
+                                        "accesses 64 bytes of it"):
+        plan.run([module], [rt.alloc(32), rt.alloc(63)])
+    with pytest.raises(CudaError, match="plan argument 0 is a 16-byte buffer"):
+        plan.run([module], [rt.alloc(16), rt.alloc(64)])
+    assert len(fake.launches()) == 1
+    # Pointers the allocator did not hand out (interior or foreign) are not checked.
+    big = rt.alloc(128)
+    plan.run([module], [big.ptr + 64, big.ptr])
+
+
+def test_sync_mode_names_the_failing_kernel_and_line(rt):
+    module = rt.load_module(FAKE_PTX)
+    plan = LaunchPlan(HEADER + "alloc 0 64\nlaunch 0 touch 1 1 1 1 1 1 0 1 p0\n"
+                      "launch 0 touch 1 1 1 1 1 1 0 1 p0\n")
+    fake.fail_call("cuStreamSynchronize", 2, 700)  # the second launch faults
+    rt.set_sync(True)
+    with pytest.raises(CudaError, match=r"cuStreamSynchronize failed: "
+                                        r"CUDA_ERROR_ILLEGAL_ADDRESS .* after kernel 'touch' "
+                                        r"\(plan line 5\)"):
+        plan.run([module], [])
+    rt.set_sync(False)
+    plan.run([module], [])  # no synchronization, no injected failure reached
+    assert fake.call_count("cuStreamSynchronize") == 2
 
 
 def test_module_load_errors(rt):

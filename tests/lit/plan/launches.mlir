@@ -27,7 +27,7 @@ module attributes {gpu.container_module} {
 // CHECK-LABEL: func.func @plan()
 // CHECK: %[[X:.*]] = "lzrt.arg"() {index = 0 : i64, nbytes = 4096 : i64} : () -> !lzrt.buffer
 // CHECK: %[[Y:.*]] = "lzrt.arg"() {index = 1 : i64, nbytes = 4096 : i64} : () -> !lzrt.buffer
-// CHECK: "lzrt.launch"(%[[X]], %[[Y]]) {args = [unit, unit], block = array<i64: 256, 1, 1>, grid = array<i64: 4, 1, 1>, kernel = "relu$basic_kernel", module = "relu$basic_kernel", module_index = 0 : i64, shared_bytes = 0 : i64}
+// CHECK: "lzrt.launch"(%[[X]], %[[Y]]) {arg_bytes = array<i64: 4096, 4096>, args = [unit, unit], block = array<i64: 256, 1, 1>, grid = array<i64: 4, 1, 1>, kernel = "relu$basic_kernel", module = "relu$basic_kernel", module_index = 0 : i64, shared_bytes = 0 : i64}
 // CHECK-NEXT: return
 
 // -----
@@ -68,4 +68,4 @@ module attributes {gpu.container_module} {
 // CHECK: %[[IN:.*]] = "lzrt.arg"() {index = 0
 // CHECK: %[[OUT:.*]] = "lzrt.arg"() {index = 1 : i64, nbytes = 4 : i64}
 // CHECK: "lzrt.memset"(%[[OUT]]) {nbytes = 4 : i64, value = 0 : i64}
-// CHECK: "lzrt.launch"(%[[IN]], %[[OUT]]) {args = [unit, unit], block = array<i64: 64, 1, 1>, grid = array<i64: 1, 1, 1>
+// CHECK: "lzrt.launch"(%[[IN]], %[[OUT]]) {arg_bytes = array<i64: 16384, 4>, args = [unit, unit], block = array<i64: 64, 1, 1>, grid = array<i64: 1, 1, 1>

@@ -1,0 +1,215 @@
+//===- EmulatorDriver.cpp - Run the compiled kernels on the CPU -----------===//
+//
+// A CUDA driver stand-in that executes kernels. Memory, copies, memsets,
+// streams and events are the fake driver's (host memory, everything
+// synchronous); what differs:
+//
+// * cuModuleLoadData takes an emulator image instead of PTX/cubin: the magic
+//   "LZEMU1\0\0", a little-endian uint64 byte count, then a shared object
+//   built by lowering/gpu_emulator.py from the same gpu-stage kernels the PTX
+//   comes from. It is written to a temporary file and dlopen'ed.
+// * cuModuleGetFunction(name) finds `__lzemu_<name>`, which runs one block:
+//   `void(void **params, const int64_t ids[9])` with ids = block id (x,y,z),
+//   grid size, block size. `__lzemu_nargs_<name>` (int32) is its parameter
+//   count, checked against the null-terminated params of every launch.
+// * cuLaunchKernel runs every block of the grid, in order or (option) in
+//   reverse order to expose order dependence between blocks.
+// * The allocator poisons every allocation it hands out (bytes 0xFF: NaN for
+//   floats, -1 for integers), so a kernel that misses a write shows.
+//
+// Launches run on the calling thread before cuLaunchKernel returns; that is
+// a valid schedule of the stream.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Driver.h"
+#include "lazymlir_runtime.h"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <set>
+#include <string>
+
+namespace lzrt {
+namespace {
+
+constexpr char kMagic[8] = {'L', 'Z', 'E', 'M', 'U', '1', '\0', '\0'};
+constexpr CUresult kInvalidImage = 200; // CUDA_ERROR_INVALID_IMAGE
+constexpr CUresult kInvalidHandle = 400;
+constexpr CUresult kLaunchFailed = 719;
+
+using EmuEntry = void (*)(void **params, const int64_t *ids);
+
+struct EmuFunction {
+  std::string name;
+  EmuEntry entry;
+  int32_t numParams;
+};
+
+struct EmuModule {
+  void *handle = nullptr;
+  std::deque<EmuFunction> functions; // deque: handles stay valid
+};
+
+struct EmuState {
+  std::mutex mutex;
+  std::set<EmuModule *> modules;
+  bool reverseBlocks = false;
+  uint64_t launches = 0, blocks = 0;
+};
+
+EmuState &emuState() {
+  static EmuState s;
+  return s;
+}
+
+CUresult emuDeviceGetName(char *name, int len, CUdevice) {
+  std::snprintf(name, len, "lazymlir emulator device (kernels run on the CPU)");
+  return CUDA_SUCCESS;
+}
+
+CUresult emuModuleLoadData(CUmodule *module, const void *image) {
+  const auto *bytes = static_cast<const char *>(image);
+  if (!image || std::memcmp(bytes, kMagic, sizeof kMagic) != 0)
+    return kInvalidImage; // PTX or cubin: the emulator needs its CPU build
+  uint64_t size = 0;
+  std::memcpy(&size, bytes + sizeof kMagic, sizeof size);
+  const char *tmpdir = std::getenv("TMPDIR");
+  std::string path = std::string(tmpdir && *tmpdir ? tmpdir : "/tmp") +
+                     "/lazymlir-emu-XXXXXX.so";
+  int fd = mkstemps(path.data(), 3);
+  if (fd < 0)
+    return kInvalidImage;
+  const char *data = bytes + sizeof kMagic + sizeof size;
+  bool written = true;
+  for (uint64_t done = 0; done < size;) {
+    ssize_t n = write(fd, data + done, size - done);
+    if (n <= 0) {
+      written = false;
+      break;
+    }
+    done += static_cast<uint64_t>(n);
+  }
+  close(fd);
+  void *handle = written ? dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL) : nullptr;
+  unlink(path.c_str()); // the mapping stays valid after the file is gone
+  if (!handle)
+    return kInvalidImage;
+  auto *mod = new EmuModule;
+  mod->handle = handle;
+  EmuState &s = emuState();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.modules.insert(mod);
+  *module = reinterpret_cast<CUmodule>(mod);
+  return CUDA_SUCCESS;
+}
+
+CUresult emuModuleGetFunction(CUfunction *fn, CUmodule module,
+                              const char *name) {
+  EmuState &s = emuState();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  auto *mod = reinterpret_cast<EmuModule *>(module);
+  if (!s.modules.count(mod))
+    return kInvalidHandle;
+  std::string entry = std::string("__lzemu_") + name;
+  void *sym = dlsym(mod->handle, entry.c_str());
+  void *count = dlsym(mod->handle, ("__lzemu_nargs_" + std::string(name)).c_str());
+  if (!sym || !count)
+    return CUDA_ERROR_NOT_FOUND;
+  mod->functions.push_back({name, reinterpret_cast<EmuEntry>(sym),
+                            *static_cast<const int32_t *>(count)});
+  *fn = reinterpret_cast<CUfunction>(&mod->functions.back());
+  return CUDA_SUCCESS;
+}
+
+CUresult emuModuleUnload(CUmodule module) {
+  EmuState &s = emuState();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  auto *mod = reinterpret_cast<EmuModule *>(module);
+  if (!s.modules.erase(mod))
+    return kInvalidHandle;
+  dlclose(mod->handle);
+  delete mod;
+  return CUDA_SUCCESS;
+}
+
+CUresult emuLaunchKernel(CUfunction fn, unsigned gx, unsigned gy, unsigned gz,
+                         unsigned bx, unsigned by, unsigned bz, unsigned shared,
+                         CUstream, void **params, void **extra) {
+  if (!fn || !gx || !gy || !gz || !bx || !by || !bz || extra)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (shared)
+    return kLaunchFailed; // no kernel uses dynamic shared memory yet
+  const auto *f = reinterpret_cast<const EmuFunction *>(fn);
+  // The runtime ends `params` with a null sentinel (see Plan.cpp).
+  int32_t count = 0;
+  while (params && params[count])
+    ++count;
+  if (count != f->numParams)
+    return CUDA_ERROR_INVALID_VALUE;
+  bool reverse;
+  {
+    EmuState &s = emuState();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    reverse = s.reverseBlocks;
+    ++s.launches;
+    s.blocks += uint64_t(gx) * gy * gz;
+  }
+  uint64_t total = uint64_t(gx) * gy * gz;
+  int64_t ids[9] = {0, 0, 0, gx, gy, gz, bx, by, bz};
+  for (uint64_t i = 0; i < total; ++i) {
+    uint64_t linear = reverse ? total - 1 - i : i;
+    ids[0] = int64_t(linear % gx);
+    ids[1] = int64_t(linear / gx % gy);
+    ids[2] = int64_t(linear / (uint64_t(gx) * gy));
+    f->entry(params, ids);
+  }
+  return CUDA_SUCCESS;
+}
+
+} // namespace
+
+const DriverApi &emulatorDriver() {
+  static const DriverApi api = [] {
+    DriverApi a = fakeDriver();
+    a.cuDeviceGetName = emuDeviceGetName;
+    a.cuModuleLoadData = emuModuleLoadData;
+    a.cuModuleGetFunction = emuModuleGetFunction;
+    a.cuModuleUnload = emuModuleUnload;
+    a.cuLaunchKernel = emuLaunchKernel;
+    a.isFake = false;
+    a.isEmulator = true;
+    a.poisonAllocations = true;
+    return a;
+  }();
+  return api;
+}
+
+} // namespace lzrt
+
+extern "C" {
+
+int lzrt_emulator_set_reverse_blocks(int reverse) {
+  auto &s = lzrt::emuState();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.reverseBlocks = reverse != 0;
+  return 0;
+}
+
+int lzrt_emulator_stats(uint64_t *launches, uint64_t *blocks) {
+  auto &s = lzrt::emuState();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (launches)
+    *launches = s.launches;
+  if (blocks)
+    *blocks = s.blocks;
+  return 0;
+}
+
+} // extern "C"

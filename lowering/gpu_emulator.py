@@ -1,0 +1,330 @@
+"""CPU builds of the CUDA kernels, for the emulator driver (cuda_runtime/lib/EmulatorDriver.cpp).
+
+No PTX emulator runs sm_90 code on a CPU, and upstream MLIR has no pass that runs
+`gpu.func` kernels as CPU loops, so the kernels are rewritten here, at the `gpu` stage
+(the same IR the PTX is made from):
+
+    gpu.func @k(%a: memref<..>, %s: f32) kernel { body }
+ -> func.func @__lzemu_body_k(%a, %s, %bx, %by, %bz, %gx, %gy, %gz, %dx, %dy, %dz) {
+      scf.for %tz < %dz { scf.for %ty < %dy { scf.for %tx < %dx { body } } }
+    }
+
+`gpu.block_id`/`grid_dim`/`block_dim` become the function's index arguments and
+`gpu.thread_id` the loop variables: the function runs one block, and the driver loops
+over the grid (in either order). The body keeps the kernel's memref types and is lowered
+with `convert-func-to-llvm{use-bare-ptr-memref-call-conv=1}`, the calling convention
+`convert-gpu-to-nvvm` gives the PTX kernels: arguments are bare pointers and the
+descriptor (static offset included) is rebuilt from the type, so the CPU build takes
+exactly the launch-plan arguments the GPU build does. Atomics lower to CPU atomics.
+
+Top-level `gpu.barrier`s split the thread loops into one loop nest per phase (loop
+fission, as in Polygeist's CPUify); values live across a barrier are kept per thread in
+a block-sized buffer, and workgroup memory is a buffer per block (address spaces are
+dropped: the CPU has one). Barriers inside control flow and private memory attributions
+are rejected (no generated kernel has them yet).
+
+Each gpu.module becomes one shared object (llc + cc, like the CPU target) exporting per
+kernel `void __lzemu_<k>(void **params, const int64_t ids[9])` (ids: block id, grid
+size, block size, each x/y/z) and `int32_t __lzemu_nargs_<k>`. The module image handed
+to `cuModuleLoadData` is `EMULATOR_MAGIC`, the .so size as a little-endian uint64 and
+the .so bytes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from mlir import ir, passmanager
+from mlir.dialects import arith, func, memref, scf
+
+from .gpu_pipeline import GpuLoweringError, gpu_modules
+from .mlir_runner import PipelineFailure
+
+EMULATOR_MAGIC = b"LZEMU1\0\0"
+ENTRY_PREFIX = "__lzemu_"
+BODY_PREFIX = "__lzemu_body_"
+NARGS_PREFIX = "__lzemu_nargs_"
+
+
+def _pipeline(verify: bool) -> str:
+    return (
+        "builtin.module("
+        # Optional: every memref access checks its indices (out-of-bounds -> abort
+        # with the op's location), the emulator's sanitizer.
+        + ("generate-runtime-verification," if verify else "")
+        + "lower-affine,"
+        # The thread loops and kernel control flow -> branches.
+        "convert-scf-to-cf,"
+        "expand-strided-metadata,"
+        # memref ops (atomic_rmw included: llvm.atomicrmw) -> LLVM.
+        "finalize-memref-to-llvm,"
+        # fpowi/ipowi with i64 exponents -> software loops (as on the CPU target).
+        "convert-math-to-funcs,convert-scf-to-cf,"
+        "convert-math-to-llvm,convert-math-to-libm,convert-arith-to-llvm,convert-cf-to-llvm,"
+        # Bare pointers, descriptors rebuilt from the types: the kernels' ABI on the GPU.
+        "convert-func-to-llvm{use-bare-ptr-memref-call-conv=1},convert-index-to-llvm,"
+        "reconcile-unrealized-casts)"
+    )
+
+
+_DIMS = {"x": 0, "y": 1, "z": 2}
+
+
+def _dim(op) -> int:
+    text = str(op.attributes["dimension"])  # `#gpu<dim x>`
+    return _DIMS[text.rstrip(">").split()[-1]]
+
+
+def _thread_loops(ip, zero, one, block_dim):
+    """Insert `scf.for tz, ty, tx` at `ip`; return (thread ids x/y/z, innermost yield)."""
+    thread_id = [None, None, None]
+    for d in (2, 1, 0):  # z outermost, x innermost
+        with ip:
+            loop = scf.ForOp(zero, block_dim[d], one)
+        thread_id[d] = loop.induction_variable
+        with ir.InsertionPoint(loop.body):
+            anchor = scf.YieldOp([])
+        ip = ir.InsertionPoint(anchor)
+    return thread_id, anchor
+
+
+def _inside(op, ancestor) -> bool:
+    while op is not None:
+        if op == ancestor:
+            return True
+        op = op.parent
+    return False
+
+
+def _kernel_to_func(kernel, module: ir.Module) -> tuple[str, list[ir.Type]]:
+    """Build `@__lzemu_body_<k>` in `module` from gpu.func `kernel` (whose ops it takes).
+
+    Top-level `gpu.barrier`s split the body into phases, each its own loop nest over
+    the block's threads (loop fission, as in Polygeist's CPUify): every thread finishes
+    phase k before any starts phase k+1. A value defined in one phase and used in a
+    later one is kept per thread in a block-sized buffer. Workgroup memory becomes a
+    buffer per block (the function runs one block)."""
+    name = ir.StringAttr(kernel.attributes["sym_name"]).value
+    ftype = ir.FunctionType(ir.TypeAttr(kernel.attributes["function_type"]).value)
+    inputs = list(ftype.inputs)
+    region = kernel.regions[0]
+    blocks = list(region.blocks)
+    if len(blocks) != 1:
+        raise GpuLoweringError(f"emulator: kernel @{name} has {len(blocks)} blocks; only "
+                               f"structured (single-block) kernels are supported")
+    body = blocks[0]
+    attributions = list(body.arguments)[len(inputs):]
+    workgroup = (ir.IntegerAttr(kernel.attributes["workgroup_attributions"]).value
+                 if "workgroup_attributions" in kernel.attributes else 0)
+    if len(attributions) != workgroup:
+        raise GpuLoweringError(f"emulator: kernel @{name} uses private memory attributions, "
+                               f"which the emulator does not support yet")
+    index = ir.IndexType.get()
+    with ir.InsertionPoint(module.body):
+        new = func.FuncOp(BODY_PREFIX + name, (inputs + [index] * 9, []))
+        new.attributes["sym_visibility"] = ir.StringAttr.get("private")
+        entry = new.add_entry_block()
+    args = list(entry.arguments)
+    block_id, grid_dim, block_dim = args[-9:-6], args[-6:-3], args[-3:]
+    # Phases: the top-level ops between barriers (a barrier inside control flow cannot
+    # be split this way).
+    phases = [[]]
+    for op in list(body.operations):
+        kind = op.operation.name
+        if kind == "gpu.barrier":
+            phases.append([])
+            op.operation.erase()
+        elif kind == "gpu.return":
+            op.operation.erase()
+        else:
+            phases[-1].append(op)
+    with ir.InsertionPoint(entry):
+        zero, one = (arith.ConstantOp(index, v).result for v in (0, 1))
+        threads = arith.MulIOp(arith.MulIOp(block_dim[0], block_dim[1]).result,
+                               block_dim[2]).result
+        for old in attributions:  # workgroup memory: one buffer per block
+            old.replace_all_uses_with(memref.AllocaOp(old.type, [], []).result)
+        nests = [_thread_loops(ir.InsertionPoint(entry), zero, one, block_dim)
+                 for _ in phases]
+        func.ReturnOp([])
+    for old, new_arg in zip(body.arguments, args):
+        old.replace_all_uses_with(new_arg)
+    ids = {"gpu.block_id": block_id, "gpu.grid_dim": grid_dim, "gpu.block_dim": block_dim}
+    for ops, (thread_id, anchor) in zip(phases, nests):
+        for op in ops:
+            kind = op.operation.name
+            if kind in ids or kind == "gpu.thread_id":
+                value = thread_id if kind == "gpu.thread_id" else ids[kind]
+                with ir.InsertionPoint(anchor):  # keep a per-phase definition
+                    same = arith.AddIOp(value[_dim(op)], zero).result
+                op.results[0].replace_all_uses_with(same)
+                op.operation.erase()
+            elif kind == "gpu.global_id":
+                d = _dim(op)
+                with ir.InsertionPoint(anchor):
+                    gid = arith.AddIOp(arith.MulIOp(block_id[d], block_dim[d]).result,
+                                       thread_id[d]).result
+                op.results[0].replace_all_uses_with(gid)
+                op.operation.erase()
+            else:
+                op.operation.move_before(anchor)
+    if len(phases) > 1:
+        _keep_values_per_thread(nests, block_dim, threads)
+    for op in _walk_names(new):
+        if op.startswith("gpu."):
+            raise GpuLoweringError(f"emulator: kernel @{name} uses '{op}'"
+                                   + (" inside control flow (only top-level barriers are "
+                                      "supported)" if op == "gpu.barrier" else ""))
+    return name, inputs
+
+
+def _keep_values_per_thread(nests, block_dim, threads) -> None:
+    """Values crossing a phase boundary: stored per thread after their definition in a
+    block-sized buffer, loaded where a later phase uses them."""
+    inner = [anchor.operation.parent for _, anchor in nests]  # innermost loop bodies
+    loops = [body.parent.parent for body in inner]  # x loop -> y loop -> z loop
+    lin = []
+    for (thread_id, _), body in zip(nests, inner):
+        with ir.InsertionPoint.at_block_begin(body.regions[0].blocks[0]):
+            zy = arith.AddIOp(arith.MulIOp(thread_id[2], block_dim[1]).result, thread_id[1])
+            lin.append(arith.AddIOp(arith.MulIOp(zy.result, block_dim[0]).result,
+                                    thread_id[0]).result)
+    for p, (_, anchor) in enumerate(nests):
+        for op in list(inner[p].regions[0].blocks[0].operations):
+            for result in op.results:
+                later = [q for q in range(p + 1, len(nests))
+                         if any(_inside(u.owner, loops[q]) for u in result.uses)]
+                if not later:
+                    continue
+                if isinstance(result.type, ir.ShapedType):
+                    raise GpuLoweringError("emulator: a memref value crosses a barrier")
+                with ir.InsertionPoint(loops[0]):
+                    dyn = ir.ShapedType.get_dynamic_size()
+                    buf = memref.AllocaOp(ir.MemRefType.get([dyn], result.type),
+                                          [threads], []).result
+                with ir.InsertionPoint(anchor):
+                    memref.StoreOp(result, buf, [lin[p]])
+                for use in list(result.uses):
+                    owner = use.owner
+                    q = next((q for q in later if _inside(owner, loops[q])), None)
+                    if q is None:
+                        continue
+                    with ir.InsertionPoint(owner):
+                        value = memref.LoadOp(buf, [lin[q]]).result
+                    owner.operands[use.operand_number] = value
+
+
+def _walk_names(op) -> list[str]:
+    names = []
+
+    def visit(o):
+        names.append(o.name)
+        return ir.WalkResult.ADVANCE
+
+    op.operation.walk(visit)
+    return names
+
+
+def _llvm_type(t: ir.Type) -> str:
+    if isinstance(t, ir.MemRefType):
+        return "!llvm.ptr"
+    s = str(t)
+    return "i64" if s == "index" else s
+
+
+def _wrapper(name: str, inputs: list[ir.Type]) -> str:
+    """LLVM-dialect `__lzemu_<k>(void **params, int64_t *ids)` calling the body."""
+    lines = [f'llvm.func @"{ENTRY_PREFIX}{name}"(%params: !llvm.ptr, %ids: !llvm.ptr) {{']
+    operands, types = [], []
+    for i, t in enumerate(inputs):
+        ty = _llvm_type(t)
+        lines += [
+            f"  %slot{i} = llvm.getelementptr %params[{i}] : (!llvm.ptr) -> !llvm.ptr, !llvm.ptr",
+            f"  %ptr{i} = llvm.load %slot{i} : !llvm.ptr -> !llvm.ptr",
+            f"  %arg{i} = llvm.load %ptr{i} : !llvm.ptr -> {ty}",
+        ]
+        operands.append(f"%arg{i}")
+        types.append(ty)
+    for j in range(9):
+        lines += [f"  %idp{j} = llvm.getelementptr %ids[{j}] : (!llvm.ptr) -> !llvm.ptr, i64",
+                  f"  %id{j} = llvm.load %idp{j} : !llvm.ptr -> i64"]
+        operands.append(f"%id{j}")
+        types.append("i64")
+    lines += [f'  llvm.call @"{BODY_PREFIX}{name}"({", ".join(operands)}) : '
+              f'({", ".join(types)}) -> ()',
+              "  llvm.return", "}",
+              # Declaration for parsing on its own; dropped when merged (see below).
+              f'llvm.func @"{BODY_PREFIX}{name}"({", ".join(types)})',
+              f'llvm.mlir.global external constant @"{NARGS_PREFIX}{name}"'
+              f"({len(inputs)} : i32) : i32"]
+    return "\n".join(lines)
+
+
+def emulation_module(gpu_module, verify: bool = False) -> str:
+    """LLVM-dialect text of the CPU build of one gpu.module (consumes its ops)."""
+    context = gpu_module.context
+    with context, ir.Location.unknown(context):
+        module = ir.Module.create()
+        kernels = []
+        for op in list(gpu_module.regions[0].blocks[0].operations):
+            kind = op.operation.name
+            if kind == "gpu.func":
+                if "gpu.kernel" not in op.attributes:
+                    raise GpuLoweringError("emulator: device functions (non-kernel gpu.func) "
+                                           "are not supported")
+                kernels.append(_kernel_to_func(op, module))
+            elif kind == "memref.global":
+                op.operation.clone(ip=ir.InsertionPoint(module.body))
+            else:
+                raise GpuLoweringError(f"emulator: unexpected '{kind}' in a gpu.module")
+        try:
+            passmanager.PassManager.parse(_pipeline(verify)).run(module.operation)
+        except ir.MLIRError as error:
+            raise PipelineFailure(f"emulator: lowering the CPU build failed: {error}") from None
+        wrappers = ir.Module.parse("\n".join(_wrapper(n, inputs) for n, inputs in kernels))
+        for op in wrappers.body.operations:
+            if op.operation.name == "llvm.func" and not len(op.regions[0].blocks):
+                continue  # declaration of a body the module defines
+            op.operation.clone(ip=ir.InsertionPoint(module.body))
+        return module.operation.get_asm(enable_debug_info=False)
+
+
+def emulator_images(module: ir.Module, verify: bool = False) -> list[tuple[str, bytes]]:
+    """(gpu.module name, emulator image) for every gpu.module of a `gpu`/`plan`-stage
+    module, in body order (the plan's module index). Consumes the kernels' ops. Kernels
+    with workgroup memory must come through `emulator_images_from_text`."""
+    from .cpu_codegen import build_shared_object
+
+    lowered = [(ir.StringAttr(gm.attributes["sym_name"]).value, emulation_module(gm, verify))
+               for gm in gpu_modules(module)]
+
+    def build(llvm_text: str) -> bytes:
+        with tempfile.TemporaryDirectory(prefix="lazymlir-emu-") as tmp:
+            so = Path(build_shared_object(llvm_text, Path(tmp))).read_bytes()
+        return EMULATOR_MAGIC + struct.pack("<Q", len(so)) + so
+
+    # mlir-translate, llc and cc run as child processes: build the modules side by side.
+    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+        images = list(pool.map(build, [text for _, text in lowered]))
+    return [(name, image) for (name, _), image in zip(lowered, images)]
+
+
+def emulator_images_from_text(text: str, verify: bool = False) -> list[tuple[str, bytes]]:
+    """Same, from `gpu`- or `plan`-stage text (a dumped stage file, or a stage result)."""
+    from .gpu_stages import parse
+
+    # On the CPU there is one address space: workgroup memory is a per-block buffer.
+    text = _GPU_ADDRESS_SPACE.sub("", text)
+    return emulator_images(parse(text), verify)
+
+
+_GPU_ADDRESS_SPACE = re.compile(r",\s*#gpu\.address_space<workgroup>")
+
+
+def is_emulator_image(image: bytes) -> bool:
+    return bytes(image[:len(EMULATOR_MAGIC)]) == EMULATOR_MAGIC

@@ -1,0 +1,281 @@
+"""CUDA kernels executed on the CPU: the emulator driver against eager PyTorch.
+
+Every case of emulator_cases.py is traced by the real tracer (child process, cpu
+target, fx graphs dumped), then each fx graph is compiled for the cuda target
+(fx -> ... -> gpu -> plan -> nvvm -> ptx), its gpu-stage kernels are built for the
+CPU (lowering/gpu_emulator.py), and the real launch plan runs through the C++
+runtime (Plan.cpp, caching allocator, C API, CudaExecutable) on the emulator driver,
+which runs every kernel and poisons every allocation with NaN bytes. The outputs are
+compared with the same fx graph run eagerly by PyTorch on the same random inputs;
+NaN never passes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import emulator_cases  # noqa: E402
+
+from lazymlir.lowering import fx_graph, gpu_emulator, gpu_stages, stages  # noqa: E402
+from lazymlir.targets import cuda_driver  # noqa: E402
+from lazymlir.targets.cuda import CudaExecutable  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+
+
+def _runtime_or_skip():
+    try:
+        return cuda_driver.CudaRuntime.create(emulator=True)
+    except (cuda_driver.CudaError, OSError, AttributeError) as error:
+        pytest.skip(f"CUDA runtime library not usable: {error}")
+
+
+@pytest.fixture(scope="module")
+def runtime():
+    return _runtime_or_skip()
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory):
+    """case name -> list of fx graph texts (tracer dumps of a child process)."""
+    root = tmp_path_factory.mktemp("emulator-traces")
+    # The child imports lazymlir the way this process did (PYTHONPATH or site-packages).
+    env = dict(os.environ, LAZYMLIR_TARGET="cpu", LAZYMLIR_FALLBACK="error")
+    done = subprocess.run([sys.executable, str(HERE / "emulator_cases.py"), str(root)],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return {name: [p.read_text() for p in sorted((root / name).glob("*/00-fx.fx.json"))]
+            for name in emulator_cases.CASES}
+
+
+def compile_for_emulator(fx_text: str) -> tuple[str, list[tuple[str, bytes, str]]]:
+    """fx text -> (plan text, emulator images), through the cuda stage registry."""
+    options = stages.Options(target="cuda")
+    gpu_text = stages.run_stages(fx_text, options, start="fx", stop="gpu").text
+    ptx_text = stages.run_stages(gpu_text, options, start="gpu", stop="ptx").text
+    plan_text, kernels = gpu_stages.executable_parts(ptx_text)
+    images = gpu_emulator.emulator_images_from_text(gpu_text)
+    assert [n for n, _ in images] == [n for n, _, _ in kernels], "module order differs"
+    return plan_text, [(n, image, "emulator") for n, image in images]
+
+
+def _inputs(graph: dict, how: str, seed: int) -> tuple[list, list]:
+    gen = torch.Generator().manual_seed(seed)
+    tensors = []
+    for meta in graph["inputs"]:
+        dtype = fx_graph.dtype_from_name(meta["dtype"])
+        if dtype.is_floating_point:
+            t = torch.randn(meta["shape"], generator=gen, dtype=dtype)
+            tensors.append(1 + 0.01 * t if how == "near_one" else t)
+        elif dtype == torch.bool:
+            tensors.append(torch.randint(0, 2, meta["shape"], generator=gen).to(torch.uint8))
+        else:
+            tensors.append(torch.randint(0, 4, meta["shape"], generator=gen, dtype=dtype))
+    scalars = [float(torch.rand((), generator=gen)) for _ in graph.get("scalars", [])]
+    return tensors, scalars
+
+
+def _eager(graph: dict, tensors: list, scalars: list) -> list[torch.Tensor]:
+    gm = fx_graph.to_graph_module(graph)
+    outs = gm(*tensors, *[torch.tensor(s, dtype=fx_graph.SCALAR_DTYPE) for s in scalars])
+    return list(outs)
+
+
+def run_on_emulator(rt, graph: dict, plan_text: str, kernels, tensors, scalars):
+    metas = [(tuple(shape), torch.uint8 if dtype == torch.bool else dtype)
+             for shape, dtype in fx_graph.output_metas(graph)]
+    exe = CudaExecutable(plan_text, kernels, metas, rt)
+    bufs = [rt.copy_in(t.contiguous()) for t in tensors]
+    bufs += [rt.copy_in(torch.tensor(s, dtype=fx_graph.SCALAR_DTYPE)) for s in scalars]
+    outs = exe.run(bufs)
+    results = []
+    for buf, (shape, dtype) in zip(outs, metas):
+        host = torch.empty(shape, dtype=dtype)
+        if host.numel():
+            rt.copy_out(buf, host)
+        results.append(host)
+    return results
+
+
+def assert_matches(got: list, want: list, what: str) -> float:
+    """Max abs error; NaN in `got` fails unless eager has NaN at the same place."""
+    worst = 0.0
+    assert len(got) == len(want), what
+    for i, (g, w) in enumerate(zip(got, want)):
+        w = w.to(g.dtype) if w.dtype == torch.bool else w
+        assert g.shape == w.shape and g.dtype == w.dtype, f"{what} output {i}"
+        if g.dtype.is_floating_point:
+            assert not (torch.isnan(g) & ~torch.isnan(w)).any(), f"{what} output {i}: NaN"
+            label = f"{what} output {i}"
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4, equal_nan=True,
+                                       msg=lambda m, label=label: f"{label}: {m}")
+            if g.numel():
+                worst = max(worst, float((g - w).abs().nan_to_num().max()))
+        else:
+            assert torch.equal(g, w), f"{what} output {i}: {g} != {w}"
+    return worst
+
+
+@pytest.mark.parametrize("name", sorted(emulator_cases.CASES))
+def test_case_matches_eager(name, runtime, traced):
+    graphs = traced[name]
+    assert graphs, f"case {name} traced no graph"
+    how = emulator_cases.CASES[name][2]
+    for k, fx_text in enumerate(graphs):
+        graph = fx_graph.loads(fx_text)
+        plan_text, kernels = compile_for_emulator(fx_text)
+        tensors, scalars = _inputs(graph, how, seed=k)
+        want = _eager(graph, tensors, scalars)
+        before = cuda_driver.emulator.stats()["launches"]
+        got = run_on_emulator(runtime, graph, plan_text, kernels, tensors, scalars)
+        assert cuda_driver.emulator.stats()["launches"] > before or not kernels
+        assert_matches(got, want, f"{name} graph {k}")
+
+
+@pytest.mark.parametrize("name", ["sum_all", "max_min", "softmax", "prod_all", "slice_cols"])
+def test_block_order_does_not_matter(name, runtime, traced):
+    """Blocks run last to first: same results (the atomics are order independent up
+    to float rounding)."""
+    fx_text = traced[name][0]
+    graph = fx_graph.loads(fx_text)
+    plan_text, kernels = compile_for_emulator(fx_text)
+    tensors, scalars = _inputs(graph, emulator_cases.CASES[name][2], seed=1)
+    want = _eager(graph, tensors, scalars)
+    cuda_driver.emulator.set_reverse_blocks(True)
+    try:
+        got = run_on_emulator(runtime, graph, plan_text, kernels, tensors, scalars)
+    finally:
+        cuda_driver.emulator.set_reverse_blocks(False)
+    assert_matches(got, want, f"{name} reversed")
+
+
+def test_slice_view_plan_passes_base_pointer(traced):
+    """The double-offset bug: `x[:, 1:] * 2` once had `p0+4` in its launch while the
+    kernel added the view's offset again; the kernel's memref type carries the offset."""
+    plan_text, _ = compile_for_emulator(traced["slice_cols"][0])
+    launches = [line for line in plan_text.splitlines() if line.startswith("launch")]
+    assert launches and all("+" not in line for line in launches), plan_text
+
+
+def test_missing_write_shows_as_nan(runtime):
+    """Poisoning: a fresh allocation reads back as NaN until something writes it."""
+    buf = runtime.alloc(64)
+    host = torch.empty(16)
+    runtime.copy_out(buf, host)
+    assert torch.isnan(host).all()
+    assert runtime.device_info()["emulator"]
+
+
+def test_emulator_rejects_ptx(runtime):
+    with pytest.raises(cuda_driver.CudaError, match="INVALID_IMAGE"):
+        runtime.load_module(".version 8.0\n.target sm_90\n")
+
+
+def test_bounds_verification_catches_out_of_bounds(tmp_path):
+    """With runtime verification, a kernel that reads past its buffer aborts with the
+    failing access named (run in a child: the check aborts the process)."""
+    gpu_text = """
+module attributes {gpu.container_module} {
+  gpu.module @oob {
+    gpu.func @oob(%arg0: memref<4xf32>, %arg1: memref<4xf32>) kernel {
+      %c1 = arith.constant 1 : index
+      %t = gpu.thread_id x
+      %i = arith.addi %t, %c1 : index
+      %v = memref.load %arg0[%i] : memref<4xf32>
+      memref.store %v, %arg1[%t] : memref<4xf32>
+      gpu.return
+    }
+  }
+}
+"""
+    code = f"""
+import torch
+from lazymlir.lowering import gpu_emulator
+from lazymlir.targets import cuda_driver
+from lazymlir.targets.cuda import CudaExecutable
+images = gpu_emulator.emulator_images_from_text({gpu_text!r}, verify={{verify}})
+rt = cuda_driver.CudaRuntime.create(emulator=True)
+plan = "lazymlir-plan 1\\nbuffers 2\\narg 0 0\\narg 1 1\\nlaunch 0 oob 1 1 1 4 1 1 0 2 p0 p1\\n"
+exe = CudaExecutable(plan, [(n, i, "emulator") for n, i in images], [], rt)
+a, b = rt.copy_in(torch.ones(4)), rt.alloc(16)
+exe._plan.run(exe._modules, [a, b], rt)
+print("ran")
+"""
+    env = dict(os.environ)
+    _runtime_or_skip()
+    plain = subprocess.run([sys.executable, "-c", code.replace("{verify}", "False")],
+                           env=env, capture_output=True, text=True)
+    assert plain.returncode == 0 and "ran" in plain.stdout, plain.stderr[-2000:]
+    checked = subprocess.run([sys.executable, "-c", code.replace("{verify}", "True")],
+                             env=env, capture_output=True, text=True)
+    assert checked.returncode != 0
+    report = checked.stdout + checked.stderr  # MLIR's runtime check prints to stdout
+    assert "out-of-bounds access" in report and "memref.load" in report, report
+
+
+BLOCK_SUM = """
+module attributes {gpu.container_module} {
+  gpu.module @blocksum {
+    gpu.func @blocksum(%x: memref<256xf32>, %out: memref<4xf32>)
+        workgroup(%sh: memref<64xf32, #gpu.address_space<workgroup>>) kernel {
+      %c0 = arith.constant 0 : index
+      %c64 = arith.constant 64 : index
+      %b = gpu.block_id x
+      %t = gpu.thread_id x
+      %base = arith.muli %b, %c64 : index
+      %i = arith.addi %base, %t : index
+      %v = memref.load %x[%i] : memref<256xf32>
+      memref.store %v, %sh[%t] : memref<64xf32, #gpu.address_space<workgroup>>
+      gpu.barrier
+      %is0 = arith.cmpi eq, %t, %c0 : index
+      scf.if %is0 {
+        %c1 = arith.constant 1 : index
+        %zero = arith.constant 0.0 : f32
+        %s = scf.for %k = %c0 to %c64 step %c1 iter_args(%acc = %zero) -> (f32) {
+          %e = memref.load %sh[%k] : memref<64xf32, #gpu.address_space<workgroup>>
+          %n = arith.addf %acc, %e : f32
+          scf.yield %n : f32
+        }
+        memref.store %s, %out[%b] : memref<4xf32>
+      }
+      gpu.barrier
+      %w = arith.mulf %v, %v : f32
+      memref.store %w, %x[%i] : memref<256xf32>
+      gpu.return
+    }
+  }
+}
+"""
+
+
+def test_barriers_and_workgroup_memory(runtime):
+    """Barriers split the thread loops (every thread finishes a phase before the next
+    starts); values crossing a barrier (%t, %i, %v) are kept per thread; workgroup
+    memory is one buffer per block. A block sum through shared memory must be exact."""
+    images = gpu_emulator.emulator_images_from_text(BLOCK_SUM)
+    plan = ("lazymlir-plan 1\nbuffers 2\narg 0 0\narg 1 1\n"
+            "launch 0 blocksum 4 1 1 64 1 1 0 2 p0 p1\n")
+    exe = CudaExecutable(plan, [(n, i, "emulator") for n, i in images], [], runtime)
+    x = torch.randn(256)
+    xs, out = runtime.copy_in(x), runtime.alloc(16)
+    exe._plan.run(exe._modules, [xs, out], runtime)
+    sums, squares = torch.empty(4), torch.empty(256)
+    runtime.copy_out(out, sums)
+    runtime.copy_out(xs, squares)
+    torch.testing.assert_close(sums, x.view(4, 64).sum(1), rtol=1e-6, atol=1e-6)
+    assert torch.equal(squares, x * x)
+
+
+def test_emulator_image_format():
+    assert gpu_emulator.is_emulator_image(gpu_emulator.EMULATOR_MAGIC + b"\0" * 8)
+    assert not gpu_emulator.is_emulator_image(b".version 8.0")
+    assert json.dumps(sorted(emulator_cases.CASES))  # cases are plain names
