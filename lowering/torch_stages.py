@@ -7,7 +7,7 @@ textual, which was verified to round-trip.
 
 from __future__ import annotations
 
-from . import fx_graph
+from . import fx_graph, tmtensor
 from .mlir_runner import TORCH_MLIR, print_module, run_pipeline
 
 TORCH_BACKEND_PIPELINE = (
@@ -24,7 +24,10 @@ LINALG_PIPELINE = (
     "builtin.module("
     # Backend contract -> linalg-on-tensors with arith/math/tensor. Non-finite
     # constants (-inf seeds of max reductions, masks) are legal in our graphs.
-    "torch-backend-to-linalg-on-tensors-backend-pipeline{allow-non-finites=true})"
+    "torch-backend-to-linalg-on-tensors-backend-pipeline{allow-non-finites=true},"
+    # It leaves TMTensor ops (scatter, scan, sort...) that only this build knows:
+    # lower them to scf loops over buffers before the handoff (see tmtensor.py).
+    f"{tmtensor.TO_LOOPS})"
 )
 
 
@@ -44,4 +47,6 @@ def to_torch_backend(text: str):
 
 
 def to_linalg(text: str):
-    return run_pipeline(TORCH_MLIR, text, LINALG_PIPELINE)
+    module = run_pipeline(TORCH_MLIR, text, LINALG_PIPELINE)
+    tmtensor.mark_restrict(module)
+    return module
