@@ -19,24 +19,30 @@ bufferization then resolves the `to_buffer`/`to_tensor` pairs. One-Shot
 Analysis only accepts `to_tensor` marked `restrict` (no other tensor aliases
 its buffer), which holds for these: each wraps a buffer that
 `tm-tensor-bufferize` has just allocated and only its loops write, before the
-tensor's first use. `mark_restrict` adds the marker to exactly those.
+tensor's first use. `to_loops` adds the marker to exactly those.
 """
 
 from __future__ import annotations
 
-from .mlir_runner import TORCH_MLIR
+from .mlir_runner import TORCH_MLIR, PipelineFailure, print_module, run_pipeline
 
-# Pipeline fragment (torch-mlir pass names), run after torch-mlir's linalg pipeline.
-TO_LOOPS = (
-    "func.func("
+# torch-mlir passes, run on the output of torch-mlir's linalg pipeline when it has
+# TMTensor ops.
+TO_LOOPS_PIPELINE = (
+    "builtin.module(func.func("
     # TMTensor ops on tensors -> on buffers (fresh output buffers, to_buffer/to_tensor
-    # at the edges); a no-op for graphs without TMTensor ops.
+    # at the edges).
     "tm-tensor-bufferize,"
     # TMTensor ops on buffers -> scf loops of memref loads/stores.
-    "tm-tensor-to-loops)"
+    "tm-tensor-to-loops))"
 )
 
-# What the fragment may leave in a `linalg` stage output besides linalg on
+# `tm_tensor.sort` becomes an exchange sort: O(n^2) per sorted row, serial. A longer
+# sort (top-k over a vocabulary) is far faster eagerly: it fails this stage, so the
+# op falls back (counted and warned) instead.
+MAX_SORT_LENGTH = 2048
+
+# What TO_LOOPS_PIPELINE may leave in a `linalg` stage output besides linalg on
 # tensors (contracts.py allows these ops, not their whole dialects).
 LOOP_OPS = frozenset({
     "bufferization.to_buffer", "bufferization.to_tensor", "memref.alloc", "memref.copy",
@@ -44,21 +50,46 @@ LOOP_OPS = frozenset({
 })
 
 
-def mark_restrict(module) -> None:
-    """Mark `to_tensor` of freshly allocated buffers `restrict` (torch-mlir bindings)."""
+def to_loops(module):
+    """torch-mlir linalg output (module, torch-mlir bindings) -> the same without TMTensor ops."""
+    ops = [op for op in _walk(module.operation) if op.name.startswith("tm_tensor.")]
+    if not ops:
+        return module
+    for op in ops:
+        if op.name == "tm_tensor.sort":
+            _check_sort_length(op)
+    # Same context: it has the tm_tensor dialect loaded, so the text parses.
+    lowered = run_pipeline(TORCH_MLIR, print_module(module), TO_LOOPS_PIPELINE,
+                           context=module.context)
+    _mark_restrict(lowered)
+    return lowered
+
+
+def _walk(op):
+    yield op
+    for region in op.regions:
+        for block in region.blocks:
+            for nested in block.operations:
+                yield from _walk(nested.operation)
+
+
+def _check_sort_length(op) -> None:
     ir = TORCH_MLIR.ir
+    dim = ir.IntegerAttr(op.attributes["dimension"]).value
+    length = ir.RankedTensorType(op.operands[0].type).shape[dim]
+    if length < 0 or length > MAX_SORT_LENGTH:
+        size = f"{length} elements" if length >= 0 else "a dynamic length"
+        raise PipelineFailure(f"tm_tensor.sort over {size}: its loop lowering is O(n^2); "
+                              f"above {MAX_SORT_LENGTH} elements the op runs eagerly")
 
-    def visit(op) -> None:
-        if (op.name == "bufferization.to_tensor" and "restrict" not in op.attributes
-                and _allocated(op.operands[0])):
-            op.attributes["restrict"] = ir.UnitAttr.get()
-        for region in op.regions:
-            for block in region.blocks:
-                for nested in block.operations:
-                    visit(nested.operation)
 
+def _mark_restrict(module) -> None:
+    """Mark `to_tensor` of freshly allocated buffers `restrict`."""
     with module.context:
-        visit(module.operation)
+        for op in _walk(module.operation):
+            if (op.name == "bufferization.to_tensor" and "restrict" not in op.attributes
+                    and _allocated(op.operands[0])):
+                op.attributes["restrict"] = TORCH_MLIR.ir.UnitAttr.get()
 
 
 def _allocated(value) -> bool:

@@ -24,10 +24,7 @@ LINALG_PIPELINE = (
     "builtin.module("
     # Backend contract -> linalg-on-tensors with arith/math/tensor. Non-finite
     # constants (-inf seeds of max reductions, masks) are legal in our graphs.
-    "torch-backend-to-linalg-on-tensors-backend-pipeline{allow-non-finites=true},"
-    # It leaves TMTensor ops (scatter, scan, sort...) that only this build knows:
-    # lower them to scf loops over buffers before the handoff (see tmtensor.py).
-    f"{tmtensor.TO_LOOPS})"
+    "torch-backend-to-linalg-on-tensors-backend-pipeline{allow-non-finites=true})"
 )
 
 
@@ -48,5 +45,6 @@ def to_torch_backend(text: str):
 
 def to_linalg(text: str):
     module = run_pipeline(TORCH_MLIR, text, LINALG_PIPELINE)
-    tmtensor.mark_restrict(module)
-    return module
+    # TMTensor ops (scatter, scan, sort...) that only this build knows become
+    # scf loops over buffers before the handoff (tmtensor.py).
+    return tmtensor.to_loops(module)

@@ -14,7 +14,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from conftest import assert_no_fallback, compare_with_eager
 
-from lazymlir.lowering import contracts, stages
+import lazymlir
+
+from lazymlir.lowering import contracts, stages, tmtensor
 
 
 def r(*shape, seed=0):
@@ -71,6 +73,14 @@ BOOL_CASES = [
     ("any", lambda x: (x > 0).any(), (r(3, 4),)),
     ("all_dim", lambda x: (x > -1).all(dim=1), (r(3, 4),)),
     ("setitem_bool_mask", _setitem_mask, (r(3, 4),)),
+    ("where_bool_result", lambda x: torch.where(x > 0, x > 1, x < -1), (r(3, 4),)),
+    ("bool_cumsum", lambda x: (x > 0).cumsum(1), (r(3, 4),)),
+    ("argmax", lambda x: x.argmax(1), (r(4, 5),)),
+    ("nll_loss_weight", lambda x, t, w: F.nll_loss(x.log_softmax(-1), t, weight=w),
+     (r(4, 5), torch.tensor([0, 4, 1, 2]), torch.arange(1.0, 6.0))),
+    ("cross_entropy_label_smoothing",
+     lambda x, t: F.cross_entropy(x, t, label_smoothing=0.1),
+     (r(4, 5), torch.tensor([0, 4, 1, 2]))),
 ]
 
 # Ops torch-mlir lowers to TMTensor (scatter, scan, sort).
@@ -93,6 +103,15 @@ SCATTER_CASES = [
     ("sort", lambda x: torch.sort(x, 1, descending=True), (r(4, 5),)),
     ("argsort", lambda x: torch.argsort(x, 0), (r(4, 5),)),
     ("topk", lambda x: torch.topk(x, 2, 1), (r(4, 5),)),
+    ("kthvalue", lambda x: torch.kthvalue(x, 2, 1), (r(4, 5),)),
+    ("logcumsumexp", lambda x: torch.logcumsumexp(x, 1), (r(4, 5),)),
+    ("index_add", lambda x, i, v: x.index_add(0, i, v),
+     (r(4, 5), torch.tensor([0, 2, 0]), r(3, 5, seed=1))),
+    ("index_copy", lambda x, i, v: x.index_copy(0, i, v),
+     (r(4, 5), torch.tensor([0, 2, 3]), r(3, 5, seed=1))),
+    ("gather_backward", _grads(lambda x, i: torch.gather(x, 1, i)),
+     (r(4, 5), torch.tensor([[0, 1, 1]] * 4))),
+    ("masked_scatter", lambda x, s: x.masked_scatter(x > 0, s), (r(4, 5), r(4, 5, seed=1))),
 ]
 
 
@@ -123,6 +142,63 @@ def test_transformer_encoder_layer_fwd_bwd():
     x = r(2, 4, 8)
     for got, want in zip(run(x, "lazy_mlir"), run(x, "cpu")):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    assert_no_fallback()
+
+
+def test_long_sort_falls_back():
+    """The loop lowering of a sort is O(n^2): past tmtensor.MAX_SORT_LENGTH it runs eagerly."""
+    x = r(2, tmtensor.MAX_SORT_LENGTH + 1)
+    compare_with_eager(lambda t: torch.sort(t, 1), x)
+    assert set(lazymlir.metrics.fallback_ops()) == {"aten::sort"}
+
+
+class _TinyGPT(nn.Module):
+    """Tied embeddings, causal attention through masked_fill and through sdpa."""
+
+    def __init__(self, vocab=11, dim=8, ctx=6):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, dim)
+        self.pos = nn.Parameter(torch.randn(ctx, dim) * 0.1)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.ln = nn.LayerNorm(dim)
+
+    def forward(self, idx):
+        x = self.emb(idx) + self.pos[: idx.shape[1]]
+        q, k, v = self.qkv(self.ln(x)).chunk(3, -1)
+        x = x + self.proj(_causal_softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5) @ v)
+        x = x + _causal_sdpa(q, k, v)
+        return x @ self.emb.weight.t()
+
+
+def _train_gpt(device, steps=3):
+    torch.manual_seed(0)
+    model = _TinyGPT().to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(1)
+    idx, tgt = torch.randint(0, 11, (2, 6), generator=g), torch.randint(0, 11, (2, 6), generator=g)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        logits = model(idx.to(device))
+        loss = F.cross_entropy(logits.reshape(-1, 11), tgt.to(device).reshape(-1))
+        loss.backward()
+        opt.step()
+        if device != "cpu":
+            lazymlir.mark_step()
+        losses.append(loss.item())
+    return losses, {k: v.detach().cpu() for k, v in model.state_dict().items()}
+
+
+def test_tiny_gpt_training_steps():
+    """Embedding backward (index_put), causal masks and cross_entropy in one training step."""
+    want_losses, want = _train_gpt("cpu")
+    lazymlir.metrics.reset()
+    got_losses, got = _train_gpt("lazy_mlir")
+    torch.testing.assert_close(got_losses, want_losses, rtol=1e-5, atol=1e-5)
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], rtol=1e-4, atol=1e-5, msg=name)
+    assert lazymlir.metrics.counter("UncachedCompile") == 1  # later steps: cache hits
     assert_no_fallback()
 
 
