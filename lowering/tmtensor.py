@@ -15,7 +15,8 @@ remove it, so they run here, before the textual handoff:
   repeated indices accumulates in order, a scan carries its running value).
 
 The rest of the module stays linalg on tensors; upstream's one-shot
-bufferization then resolves the `to_buffer`/`to_tensor` pairs. One-Shot
+bufferization then resolves the `to_buffer`/`to_tensor` pairs (each `to_buffer`
+is first moved next to the loops that read it, see `_sink_to_buffers`). One-Shot
 Analysis only accepts `to_tensor` marked `restrict` (no other tensor aliases
 its buffer), which holds for these: each wraps a buffer that
 `tm-tensor-bufferize` has just allocated and only its loops write, before the
@@ -61,6 +62,7 @@ def to_loops(module):
     # Same context: it has the tm_tensor dialect loaded, so the text parses.
     lowered = run_pipeline(TORCH_MLIR, print_module(module), TO_LOOPS_PIPELINE,
                            context=module.context)
+    _sink_to_buffers(lowered)
     _mark_restrict(lowered)
     return lowered
 
@@ -81,6 +83,35 @@ def _check_sort_length(op) -> None:
         size = f"{length} elements" if length >= 0 else "a dynamic length"
         raise PipelineFailure(f"tm_tensor.sort over {size}: its loop lowering is O(n^2); "
                               f"above {MAX_SORT_LENGTH} elements the op runs eagerly")
+
+
+def _sink_to_buffers(module) -> None:
+    """Move each `to_buffer` right before the first op that uses its buffer.
+
+    One-Shot Analysis sees `to_buffer` as one read of the tensor, where it stands,
+    and cannot follow the buffer further. `tm-tensor-bufferize` puts them ahead of
+    the ops computing its other inputs: an op there may then reuse (overwrite) the
+    tensor's buffer before the loops read it (seen: two masks computed into one
+    `tensor.empty`). Right before the loops, nothing runs between the read the
+    analysis sees and the real ones.
+    """
+    for op in [op for op in _walk(module.operation) if op.name == "bufferization.to_buffer"]:
+        block = op.block
+        users = [_ancestor_in(use.owner, block) for use in op.results[0].uses]
+        users = [u for u in users if u is not None]
+        if users:
+            first = users[0]
+            for user in users[1:]:
+                if user.is_before_in_block(first):
+                    first = user
+            op.move_before(first)
+
+
+def _ancestor_in(op, block):
+    op = getattr(op, "operation", op)
+    while op is not None and op.block != block:
+        op = op.parent
+    return op
 
 
 def _mark_restrict(module) -> None:

@@ -112,6 +112,12 @@ SCATTER_CASES = [
     ("gather_backward", _grads(lambda x, i: torch.gather(x, 1, i)),
      (r(4, 5), torch.tensor([[0, 1, 1]] * 4))),
     ("masked_scatter", lambda x, s: x.masked_scatter(x > 0, s), (r(4, 5), r(4, 5, seed=1))),
+    # Both masks are computed into one tensor.empty: the scatter must read the first
+    # before the second reuses its buffer (tmtensor._sink_to_buffers).
+    ("scatter_bool_masks", lambda x, i: (x > 0).scatter(1, i, (x < 0)[:, :2]),
+     (r(4, 5), torch.tensor([[0, 1], [2, 3], [4, 0], [1, 2]]))),
+    ("index_put_bool", lambda x, i: (x > 0).index_put((i,), torch.tensor(True, device=x.device)),
+     (r(4, 5), torch.tensor([0, 2]))),
 ]
 
 

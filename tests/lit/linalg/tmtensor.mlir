@@ -16,11 +16,14 @@ module {
 // CHECK-LABEL: func.func @index_put$accumulate
 // CHECK-SAME: (%[[ARG0:.*]]: tensor<4x5xf32>, %{{.*}}: tensor<2xi64>, %{{.*}}: tensor<2x5xf32>) -> tensor<4x5xf32> {
 // CHECK-NOT: tm_tensor
-// CHECK: %[[INIT:.*]] = bufferization.to_buffer %[[ARG0]] : tensor<4x5xf32> to memref<4x5xf32>
 // CHECK: %[[OUT:.*]] = memref.alloc() : memref<4x5xf32>
 // CHECK: %[[RESULT:.*]] = bufferization.to_tensor %[[OUT]] restrict : memref<4x5xf32> to tensor<4x5xf32>
-// CHECK: memref.copy %[[INIT]], %[[OUT]] : memref<4x5xf32> to memref<4x5xf32>
-// CHECK: scf.for
+// Inputs are read through to_buffer placed right before their first reader.
+// CHECK-NEXT: %[[INIT:.*]] = bufferization.to_buffer %[[ARG0]] : tensor<4x5xf32> to memref<4x5xf32>
+// CHECK-NEXT: memref.copy %[[INIT]], %[[OUT]] : memref<4x5xf32> to memref<4x5xf32>
+// CHECK-NEXT: bufferization.to_buffer
+// CHECK-NEXT: bufferization.to_buffer
+// CHECK-NEXT: scf.for
 // CHECK: %[[OLD:.*]] = memref.load %[[OUT]]
 // CHECK: %[[NEW:.*]] = arith.addf %[[OLD]], %{{.*}} : f32
 // CHECK: memref.store %[[NEW]], %[[OUT]]
