@@ -6,7 +6,8 @@ in the upstream bindings (`mlir`), which have the LLVM backends.
 
 from __future__ import annotations
 
-from .mlir_runner import UPSTREAM, PipelineFailure, run_pipeline
+from . import i1_storage
+from .mlir_runner import UPSTREAM, run_pipeline
 from .unique_results import copy_repeated_results
 
 BUFFERIZE_PIPELINE = (
@@ -56,20 +57,9 @@ LLVM_PIPELINE = (
 
 def to_bufferized(text: str):
     module = run_pipeline(UPSTREAM, text, BUFFERIZE_PIPELINE, before=copy_repeated_results)
-    _reject_i1_buffers(module)
+    # LLVM 22 cannot lower i1 buffers: store bools as bytes (i1_storage).
+    i1_storage.store_bools_as_bytes(module)
     return module
-
-
-def _reject_i1_buffers(module) -> None:
-    """LLVM 22's memref lowering asserts (aborting the process) on stores to i1 buffers.
-
-    Bools cross graph boundaries as i8 (see fx_graph), and fusion removes most
-    i1 temporaries; a graph that still needs one fails here, cleanly.
-    """
-    text = module.operation.get_asm(enable_debug_info=False)
-    if "xi1>" in text or "memref<i1>" in text:
-        raise PipelineFailure("a bool (i1) buffer remains after bufferization; i1 buffers are "
-                              "not supported by the LLVM 22 memref lowering")
 
 
 def to_loops(text: str):

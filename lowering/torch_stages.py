@@ -7,7 +7,7 @@ textual, which was verified to round-trip.
 
 from __future__ import annotations
 
-from . import fx_graph
+from . import fx_graph, tmtensor
 from .mlir_runner import TORCH_MLIR, print_module, run_pipeline
 
 TORCH_BACKEND_PIPELINE = (
@@ -44,4 +44,7 @@ def to_torch_backend(text: str):
 
 
 def to_linalg(text: str):
-    return run_pipeline(TORCH_MLIR, text, LINALG_PIPELINE)
+    module = run_pipeline(TORCH_MLIR, text, LINALG_PIPELINE)
+    # TMTensor ops (scatter, scan, sort...) that only this build knows become
+    # scf loops over buffers before the handoff (tmtensor.py).
+    return tmtensor.to_loops(module)
