@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import threading
 import time
+from types import MappingProxyType
 
 import torch
 
@@ -69,10 +70,32 @@ def _torch_dispatch(cls, func, types, args=(), kwargs=None):
     """`LazyTensor.__torch_dispatch__`, the single entry (hot: a few microseconds)."""
     if kwargs is None:
         kwargs = {}
-    # Keyed by id: OpOverload.__hash__ is a Python method (_new_route keeps func alive).
+    # Keyed by id: OpOverload.__hash__ is a Python method (_FUNCS keeps func alive).
+    recorder = _LEAVES.get(id(func))
+    if recorder is not None:
+        # A recorder never re-enters dispatch, so it needs no depth bookkeeping;
+        # only a top-level call is timed (a nested one is inside a timed call).
+        state = _state
+        if state.depth:
+            return recorder(func, args, kwargs)
+        began = _clock()
+        out = recorder(func, args, kwargs)
+        spent = state.unflushed + (_clock() - began)
+        if spent < TRACE_TIME_SAMPLE_S:
+            state.unflushed = spent
+        else:
+            state.unflushed = 0.0
+            session.current().metrics.add_time("TraceTime", spent)
+        return out
+    return _dispatch_route(func, args, kwargs)
+
+
+def _dispatch_route(func, args, kwargs):
     route = _ROUTES.get(id(func))
     if route is None:
         route = _new_route(func)
+        if route is _RECORDERS.get(id(func)):
+            _LEAVES[id(func)] = route
     state = _state
     outer = state.depth
     state.depth = outer + 1
@@ -105,6 +128,7 @@ LazyTensor.__torch_dispatch__ = classmethod(_torch_dispatch)
 # ------------------------------------------------------------------ routes
 
 _ROUTES: dict = {}      # id(func) -> route(func, args, kwargs)
+_LEAVES: dict = {}      # id(func) -> route, for ops whose route is their recorder
 _RECORDERS: dict = {}   # id(func) -> the func's recorder (routes other than record use it)
 _FUNCS: dict = {}       # id(func) -> func: keeps every keyed op alive, so no id is reused
 
@@ -146,6 +170,7 @@ def record(func, args, kwargs):
 
 
 _KWARGS = object()  # separates positional from keyword arguments in a shape-cache key
+_NO_KWARGS = MappingProxyType({})  # shared by nodes without kwargs: one object less per op
 _HOST = object()    # marks a host (CPU) tensor argument in a shape-cache key
 
 
@@ -164,6 +189,39 @@ def _recorder(func):
     shapes: dict = {}
 
     def record_op(func, args, kwargs):
+        # Fast path: one or two positional arguments, tensors or a lifted float,
+        # a cached single output. Its keys equal the general loop's.
+        entry = None
+        if not kwargs:
+            if len(args) == 1:
+                a = args[0]
+                if type(a) is LazyTensor:
+                    value = a._lazy
+                    node_args = (value,)
+                    entry = shapes.get(value.sig)
+            elif len(args) == 2:
+                a, b = args
+                if type(a) is LazyTensor:
+                    value = a._lazy
+                    if type(b) is LazyTensor:
+                        other = b._lazy
+                        node_args = (value, other)
+                        entry = shapes.get((value.sig, other.sig))
+                    elif type(b) is float and lift:
+                        node_args = (value, b)
+                        entry = shapes.get((value.sig, float))
+        if entry is None:
+            return record_general(func, args, kwargs)
+        metas, kind, outputs = entry
+        if kind is not None:
+            return record_general(func, args, kwargs)
+        meta, sig, shape, dtype = outputs[0]
+        tensor = _make_wrapper(LazyTensor, shape, dtype=dtype, device=_DEVICE)
+        tensor._lazy = LazyValue(meta, Node(op, node_args, _NO_KWARGS, metas), 0, None, sig)
+        track(tensor)
+        return tensor
+
+    def record_general(func, args, kwargs):
         key = []
         node_args = []
         for a in args:
@@ -188,7 +246,8 @@ def _recorder(func):
                 key.append(k)
                 node_kwargs[k] = _encode(a, lift, key)
         try:
-            key = tuple(key)
+            # One element: a single tensor's signature (or `float`), as the fast path.
+            key = key[0] if len(key) == 1 else tuple(key)
             entry = shapes.get(key)
         except TypeError:  # an unhashable argument: infer every time
             key, entry = None, None
