@@ -246,6 +246,63 @@ def measure(name, setup, run, repeats: int, floor: bool) -> dict:
             "floor_ratio": None if f is None else f / e}
 
 
+class _Reuse(torch.Tensor):
+    """Returns one preallocated output: Python dispatch with no tensor made."""
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        return _REUSED[0]
+
+
+class _Make(torch.Tensor):
+    """Makes its output and nothing else (fixed 8x8 float32: relu only)."""
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        return torch.Tensor._make_wrapper_subclass(_Make, (8, 8), dtype=torch.float32,
+                                                   device=_FLOOR_DEVICE)
+
+
+_REUSED: list = []
+
+
+def measure_parts(repeats: int) -> str:
+    """Where a traced relu's time goes: eager, dispatch alone, the floor, the tracer."""
+    wrapper = torch.Tensor._make_wrapper_subclass
+    _REUSED.append(wrapper(_Reuse, (8, 8), dtype=torch.float32, device=_FLOOR_DEVICE))
+    cases = {
+        "eager CPU dispatch": torch.randn(8, 8),
+        "FunctionalTensorWrapper over a subclass returning one preallocated tensor":
+            torch._to_functional_tensor(wrapper(_Reuse, (8, 8), dtype=torch.float32,
+                                                device=_FLOOR_DEVICE)),
+        "... that makes its output with _make_wrapper_subclass (design floor)":
+            torch._to_functional_tensor(wrapper(_Make, (8, 8), dtype=torch.float32,
+                                                device=_FLOOR_DEVICE)),
+        "the same subclass without functionalization":
+            wrapper(_Make, (8, 8), dtype=torch.float32, device=_FLOOR_DEVICE),
+        "lazymlir tracer": torch.randn(8, 8).to(LAZY),
+        "lazymlir tracer, gc disabled during the run": torch.randn(8, 8).to(LAZY),
+    }
+    times: dict = {k: [] for k in cases}
+    for x in cases.values():
+        _relu(x)
+    for _ in range(repeats):
+        for name, x in cases.items():
+            gc.collect()
+            if "gc disabled" in name:
+                gc.disable()
+            try:
+                times[name].append(_time(_relu, x))
+            finally:
+                gc.enable()
+    eager = statistics.median(times["eager CPU dispatch"])
+    lines = ["| relu, 1000 ops | us/op | x eager |", "| --- | ---: | ---: |"]
+    for name, values in times.items():
+        m = statistics.median(values)
+        lines.append(f"| {name} | {1e6 * m / OPS:.2f} | {m / eager:.2f}x |")
+    return "\n".join(lines)
+
+
 _FIRST = r"""
 import time, sys
 t0 = time.perf_counter()
@@ -320,6 +377,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=str(ROOT / "benchmarks/results/trace_overhead.md"))
     parser.add_argument("--no-first", action="store_true", help="skip the fresh-process rows")
     parser.add_argument("--only", default=None, help="run workloads whose name contains this")
+    parser.add_argument("--parts", action="store_true",
+                        help="also break a traced relu down into dispatch, floor and tracer")
     parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
                         help="process CPU time (default) or wall time")
     args = parser.parse_args(argv)
@@ -338,6 +397,8 @@ def main(argv=None) -> int:
         print(f"  {name}: {rows[-1]['ratio']:.2f}x", file=sys.stderr)
     first = None if args.no_first else measure_first()
     text = table(rows, first)
+    if args.parts:
+        text += "\n\n" + measure_parts(args.repeats)
     command = "PYTHONPATH=. python benchmarks/trace_overhead.py " + shlex.join(argv or sys.argv[1:])
     header = (f"# Tracing overhead per op\n\n`{command.strip()}`  \n"
               f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}, commit "
