@@ -516,7 +516,8 @@ def _decomposer(func, decomposition):
         state = _state
         if state.capture_start >= 0:  # inside another capture: that one templates us
             return run(f, args, kwargs)
-        key, inputs = [], []
+        # The default dtype: a decomposition may read it (factories without a dtype).
+        key, inputs = [torch.get_default_dtype()], []
         try:
             for a in args:
                 _template_key(a, key, inputs)
@@ -531,6 +532,11 @@ def _decomposer(func, decomposition):
             return run(f, args, kwargs)
         if template is not None:
             return _replay(template, inputs)
+        if len({id(v) for v in inputs}) != len(inputs):
+            # One value in two argument places: a template would tie them together for
+            # later calls that pass two different values. (Replaying a template made
+            # with distinct values for a call that repeats one is exact.)
+            return run(f, args, kwargs)
         start = next(values_module._node_ids)
         impure = state.impure
         state.capture_start = start

@@ -108,6 +108,17 @@ def test_decomposition_replay_values_match_eager():
     assert_no_fallback()
 
 
+def test_decomposition_called_with_one_value_twice_is_not_templated():
+    a, b, c = torch.randn(4, 3), torch.randn(4, 3), torch.randn(4, 3)
+    la = a.to(DEVICE)
+    same = nn.functional.mse_loss(la, la)  # the first call of this signature
+    torch.testing.assert_close(same.cpu(), torch.tensor(0.0))
+    got = nn.functional.mse_loss(b.to(DEVICE), c.to(DEVICE))
+    torch.testing.assert_close(got.cpu(), nn.functional.mse_loss(b, c))
+    again = nn.functional.mse_loss(la, la)  # a template made with distinct values
+    torch.testing.assert_close(again.cpu(), torch.tensor(0.0))
+
+
 def test_decomposition_with_different_float_is_not_replayed_with_the_old_one():
     x = torch.randn(3, 4)
     for alpha in (0.5, -0.0, 0.0, 2.0):
