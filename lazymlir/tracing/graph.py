@@ -33,27 +33,56 @@ def _meta_desc(meta) -> dict:
     return {"shape": list(meta.shape), "dtype": fx_graph.dtype_name(meta.dtype)}
 
 
+# build_graph runs at every sync point: what depends only on an op or on a
+# shape-cache entry is computed once. Graph documents are values nobody mutates,
+# so nodes of different graphs may share these pieces.
+_OPS: dict = {}     # id(op) -> (op, "aten.add.Tensor", "aten::add")
+_DESCS: dict = {}   # id(node.out_metas) -> (out_metas, [output desc, ...])
+_CACHE_LIMIT = 1 << 16
+
+
+def _op_info(op) -> tuple:
+    info = _OPS.get(id(op))
+    if info is None:
+        info = _OPS[id(op)] = (op, str(op), op._schema.name)
+    return info
+
+
+def _out_descs(metas) -> list:
+    """Output descriptions of a node; the tracer shares `out_metas` lists between nodes
+    of one shape-cache entry, so they are computed once per entry (the cache keeps the
+    list alive: its id is not reused while cached)."""
+    hit = _DESCS.get(id(metas))
+    if hit is not None and hit[0] is metas:
+        return hit[1]
+    descs = [_meta_desc(m) for m in metas]
+    if len(_DESCS) >= _CACHE_LIMIT:
+        _DESCS.clear()
+    _DESCS[id(metas)] = (metas, descs)
+    return descs
+
+
 def _collect(targets: list[LazyValue]) -> list[Node]:
     """The pending nodes `targets` depend on, in trace (= topological) order."""
     nodes: dict[int, Node] = {}
-    stack = [v.node for v in targets if v.pending]
+    stack = [v.node for v in targets if v.node is not None]
+    push = stack.append
     while stack:  # iterative: long training traces would overflow recursion
         node = stack.pop()
         if node.seq in nodes:
             continue
         nodes[node.seq] = node
-        for arg in _flat_args(node):
-            if isinstance(arg, LazyValue) and arg.pending and arg.node.seq not in nodes:
-                stack.append(arg.node)
+        for arg in (*node.args, *node.kwargs.values()) if node.kwargs else node.args:
+            t = type(arg)
+            if t is LazyValue:
+                if arg.node is not None and arg.node.seq not in nodes:
+                    push(arg.node)
+            elif t is list or t is tuple:
+                for value in arg:
+                    if type(value) is LazyValue and value.node is not None \
+                            and value.node.seq not in nodes:
+                        push(value.node)
     return [nodes[seq] for seq in sorted(nodes)]
-
-
-def _flat_args(node: Node):
-    for value in (*node.args, *node.kwargs.values()):
-        if isinstance(value, (list, tuple)):
-            yield from value
-        else:
-            yield value
 
 
 def build_graph(targets: list[LazyValue], static_scalar_ops=frozenset()
@@ -64,15 +93,15 @@ def build_graph(targets: list[LazyValue], static_scalar_ops=frozenset()
     lowering needs them constant), learned by the executor's probes.
     """
     ordered = _collect(targets)
-    node_index = {id(n): i for i, n in enumerate(ordered)}
+    node_index = {node.seq: i for i, node in enumerate(ordered)}
     inputs: list[LazyValue] = []
     input_index: dict[int, int] = {}
     scalars: list[float] = []
 
     def encode(x, lift: bool):
-        if isinstance(x, LazyValue):
-            if x.pending:
-                return {"ref": ["node", node_index[id(x.node)], x.index]}
+        if type(x) is LazyValue:
+            if x.node is not None:
+                return {"ref": ["node", node_index[x.node.seq], x.index]}
             x.check()
             if id(x) not in input_index:  # materialized: a graph input, numbered by first use
                 input_index[id(x)] = len(inputs)
@@ -87,13 +116,19 @@ def build_graph(targets: list[LazyValue], static_scalar_ops=frozenset()
 
     encoded_nodes = []
     for node in ordered:
-        name = node.op._schema.name
+        _, op_name, name = _op_info(node.op)
         lift = name in SCALAR_INPUT_OPS and name not in static_scalar_ops
+        args = []
+        for a in node.args:
+            if type(a) is LazyValue and a.node is not None:  # the common case, inline
+                args.append({"ref": ["node", node_index[a.node.seq], a.index]})
+            else:
+                args.append(encode(a, lift))
         encoded_nodes.append({
-            "op": str(node.op),
-            "args": [encode(a, lift) for a in node.args],
+            "op": op_name,
+            "args": args,
             "kwargs": {k: encode(v, lift) for k, v in node.kwargs.items()},
-            "outputs": [_meta_desc(m) for m in node.out_metas],
+            "outputs": _out_descs(node.out_metas),
         })
     graph = {
         "format": fx_graph.FORMAT,

@@ -7,64 +7,126 @@ op needs is decided once per op and kept in `_ROUTES`:
 2. in-place and `_foreach_` ops (decompositions below functionalization use
    them) are rewritten into functional ones;
 3. ops torch-mlir wants decomposed are decomposed with torch-mlir's own
-   decomposition table (the pieces re-enter `dispatch`);
+   decomposition table (the pieces re-enter `dispatch`) once per signature;
+   later calls replay a template of the nodes it recorded (`_decomposer`);
 4. data-dependent and random ops run eagerly (fallback.py);
-5. everything else is recorded: a Node is added to the trace.
+5. everything else is recorded by the op's recorder: a Node is added to the trace.
 
-Recording is the hot path (a few microseconds per op). Output shapes/dtypes
-come from PyTorch's meta kernels once per (op, input shapes/dtypes, static
-arguments) and are cached (`_SHAPES`); the cache key is built with plain
-loops instead of pytree.
+Recording is the hot path (a few microseconds per op; docs/tracing-performance.md
+has the measurements). Output shapes/dtypes come from PyTorch's meta kernels
+once per (op, input shapes/dtypes, static arguments) and are cached in the
+op's recorder; the cache key is a flat tuple built in the same loop that
+builds the node's arguments, with no pytree. Routes are keyed by `id(func)`
+because `OpOverload.__hash__` is a Python method. TraceTime is added to the
+metrics in samples of >= 10 ms per thread (`flush_trace_time` adds the rest).
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from types import MappingProxyType
 
 import torch
 
 from .. import session, targets
 from . import failures, fallback
+from . import values as values_module
 from .graph import SCALAR_INPUT_OPS
 from .materialize import to_cpu
-from .values import LazyTensor, LazyValue, Node, meta_like
+from .values import _DEVICE, LazyTensor, LazyValue, Node, meta_like, signature, track
 
 aten = torch.ops.aten
-_state = threading.local()
 _SHAPE_CACHE_LIMIT = 1 << 16
+_make_wrapper = torch.Tensor._make_wrapper_subclass
+_clock = time.perf_counter
+
+
+class _State(threading.local):
+    depth = 0           # nesting of dispatch calls (decompositions re-enter)
+    unflushed = 0.0     # TraceTime seconds not yet added to the session's metrics
+    capture_start = -1  # while a decomposition is captured: the node seq it began after
+    impure = 0          # events a decomposition template cannot replay (see _decomposer)
+
+
+_state = _State()
+# TraceTime reaches the metrics in samples of at least this many seconds: a
+# locked metrics update per op would cost more than a small op's recording.
+TRACE_TIME_SAMPLE_S = 0.01
 
 
 def depth() -> int:
-    return getattr(_state, "depth", 0)
+    return _state.depth
 
 
-def dispatch(func, args, kwargs):
-    route = _ROUTES.get(func)
+def flush_trace_time() -> None:
+    """Add this thread's tracing time not yet counted to TraceTime."""
+    seconds, _state.unflushed = _state.unflushed, 0.0
+    if seconds:
+        session.current().metrics.add_time("TraceTime", seconds)
+
+
+def _torch_dispatch(cls, func, types, args=(), kwargs=None):
+    """`LazyTensor.__torch_dispatch__`, the single entry (hot: a few microseconds)."""
+    if kwargs is None:
+        kwargs = {}
+    try:
+        # Keyed by id: OpOverload.__hash__ is a Python method (_FUNCS keeps func alive).
+        recorder = _LEAVES.get(id(func))
+        if recorder is not None:
+            # A recorder never re-enters dispatch, so it needs no depth bookkeeping;
+            # only a top-level call is timed (a nested one is inside a timed call).
+            state = _state
+            if state.depth:
+                return recorder(func, args, kwargs)
+            began = _clock()
+            out = recorder(func, args, kwargs)
+            spent = state.unflushed + (_clock() - began)
+            if spent < TRACE_TIME_SAMPLE_S:
+                state.unflushed = spent
+            else:
+                state.unflushed = 0.0
+                session.current().metrics.add_time("TraceTime", spent)
+            return out
+        return _dispatch_route(func, args, kwargs)
+    except Exception as error:
+        # Autograd runs backward for our device on its own thread, where an
+        # exception from here would be lost: the outputs carry it instead.
+        if not failures.in_backward():
+            raise
+        return failures.failed_outputs(func, args, kwargs, error)
+
+
+def _dispatch_route(func, args, kwargs):
+    route = _ROUTES.get(id(func))
     if route is None:
-        route = _ROUTES[func] = _route(func)
-    outer = getattr(_state, "depth", 0)
-    _state.depth = outer + 1
+        route = _new_route(func)
+        if route is _RECORDERS.get(id(func)):
+            _LEAVES[id(func)] = route
+    state = _state
+    outer = state.depth
+    state.depth = outer + 1
     if outer:
         try:
             return route(func, args, kwargs)
         finally:
-            _state.depth = outer
-    began = time.perf_counter()
+            state.depth = outer
+    began = _clock()
     try:
         return route(func, args, kwargs)
     finally:
-        _state.depth = 0
-        session.current().metrics.add_time("TraceTime", time.perf_counter() - began)
+        state.depth = 0
+        spent = state.unflushed + (_clock() - began)
+        if spent < TRACE_TIME_SAMPLE_S:
+            state.unflushed = spent
+        else:
+            state.unflushed = 0.0
+            session.current().metrics.add_time("TraceTime", spent)
 
 
-def _torch_dispatch(cls, func, types, args=(), kwargs=None):
-    try:
-        return dispatch(func, args, kwargs or {})
-    except Exception as error:
-        if not failures.in_backward():
-            raise
-        return failures.failed_outputs(func, args, kwargs or {}, error)
+def dispatch(func, args, kwargs):
+    """Trace `func(*args, **kwargs)` as if it came through `__torch_dispatch__`."""
+    return _torch_dispatch(LazyTensor, func, (), args, kwargs)
 
 
 LazyTensor.__torch_dispatch__ = classmethod(_torch_dispatch)
@@ -72,7 +134,17 @@ LazyTensor.__torch_dispatch__ = classmethod(_torch_dispatch)
 
 # ------------------------------------------------------------------ routes
 
-_ROUTES: dict = {}
+_ROUTES: dict = {}      # id(func) -> route(func, args, kwargs)
+_LEAVES: dict = {}      # id(func) -> route, for ops whose route is their recorder
+_RECORDERS: dict = {}   # id(func) -> the func's recorder (routes other than record use it)
+_FUNCS: dict = {}       # id(func) -> func: keeps every keyed op alive, so no id is reused
+
+
+def _new_route(func):
+    route = _route(func)
+    _FUNCS[id(func)] = func
+    _ROUTES[id(func)] = route
+    return route
 
 
 def _route(func):
@@ -87,87 +159,179 @@ def _route(func):
         return _inplace
     decomposition = _decompositions().get(func)
     if decomposition is not None:
-        def decompose(f, args, kwargs):
-            out = decomposition(*args, **kwargs)
-            return record(f, args, kwargs) if out is NotImplemented else out
-        return decompose
+        return _decomposer(func, decomposition)
     reason = fallback.always_eager(func)
     if reason is not None:
         return lambda f, args, kwargs: _eager(f, args, kwargs, reason)
-    return record
+    return _recorder(func)
 
 
 # ------------------------------------------------------------------ record
 
-_SHAPES: dict = {}
-_NODE_OP: dict = {}       # func -> the op recorded in the node (view for *_copy)
-_LIFTS: dict = {}         # func -> whether its floats are scalar inputs
+def record(func, args, kwargs):
+    """Add `func(*args, **kwargs)` to the trace; returns LazyTensors for its outputs."""
+    recorder = _RECORDERS.get(id(func))
+    if recorder is None:
+        recorder = _recorder(func)
+    return recorder(func, args, kwargs)
 
 
-def _arg_key(x, lift: bool):
+_KWARGS = object()  # separates positional from keyword arguments in a shape-cache key
+_NO_KWARGS = MappingProxyType({})  # shared by nodes without kwargs: one object less per op
+_HOST = object()    # marks a host (CPU) tensor argument in a shape-cache key
+
+
+def _recorder(func):
+    """The function that records `func`, with its own shape cache.
+
+    The shape-cache key is a flat tuple: a LazyValue's signature (an int) for a
+    tensor, `float` alone for a float that becomes a scalar graph input (its
+    value changes no shape or dtype), the type and then the value for any other
+    scalar (so 1, 1.0 and True differ), a type and a length before the items of
+    a list. Types are never ints, so the flat form is unambiguous. The same loop
+    builds the node's arguments.
+    """
+    op = _view_for_copy(func)
+    lift = func._schema.name in SCALAR_INPUT_OPS
+    shapes: dict = {}
+
+    def record_op(func, args, kwargs):
+        # Fast path: one or two positional arguments, tensors or a lifted float,
+        # a cached single output. Its keys equal the general loop's.
+        entry = None
+        if not kwargs:
+            if len(args) == 1:
+                a = args[0]
+                if type(a) is LazyTensor:
+                    value = a._lazy
+                    node_args = (value,)
+                    entry = shapes.get(value.sig)
+            elif len(args) == 2:
+                a, b = args
+                if type(a) is LazyTensor:
+                    value = a._lazy
+                    if type(b) is LazyTensor:
+                        other = b._lazy
+                        node_args = (value, other)
+                        entry = shapes.get((value.sig, other.sig))
+                    elif type(b) is float and lift:
+                        node_args = (value, b)
+                        entry = shapes.get((value.sig, float))
+        if entry is None:
+            return record_general(func, args, kwargs)
+        metas, kind, outputs = entry
+        if kind is not None:
+            return record_general(func, args, kwargs)
+        meta, sig, shape, dtype = outputs[0]
+        tensor = _make_wrapper(LazyTensor, shape, dtype=dtype, device=_DEVICE)
+        tensor._lazy = LazyValue(meta, Node(op, node_args, _NO_KWARGS, metas), 0, None, sig)
+        track(tensor)
+        return tensor
+
+    def record_general(func, args, kwargs):
+        key = []
+        node_args = []
+        for a in args:
+            t = type(a)
+            if t is LazyTensor:
+                value = a._lazy
+                key.append(value.sig)
+                node_args.append(value)
+            elif t is float and lift:
+                key.append(float)
+                node_args.append(a)
+            elif t is int or t is float or t is bool:
+                key.append(t)
+                key.append(a)
+                node_args.append(a)
+            else:
+                node_args.append(_encode(a, lift, key))
+        node_kwargs = {}
+        if kwargs:
+            key.append(_KWARGS)
+            for k, a in kwargs.items():
+                key.append(k)
+                node_kwargs[k] = _encode(a, lift, key)
+        try:
+            # One element: a single tensor's signature (or `float`), as the fast path.
+            key = key[0] if len(key) == 1 else tuple(key)
+            entry = shapes.get(key)
+        except TypeError:  # an unhashable argument: infer every time
+            key, entry = None, None
+        if entry is None:
+            try:
+                entry = _infer(func, args, kwargs)
+            except fallback.NO_META as error:
+                return _eager(func, args, kwargs, f"no meta kernel: {error}")
+            if key is not None:
+                if len(shapes) >= _SHAPE_CACHE_LIMIT:
+                    shapes.clear()
+                shapes[key] = entry
+        metas, kind, outputs = entry
+        node = Node(op, tuple(node_args), node_kwargs, metas)
+        if kind is None:
+            meta, sig, shape, dtype = outputs[0]
+            tensor = _make_wrapper(LazyTensor, shape, dtype=dtype, device=_DEVICE)
+            tensor._lazy = LazyValue(meta, node, 0, None, sig)
+            track(tensor)
+            return tensor
+        return kind(_output(node, k, out) for k, out in enumerate(outputs))
+
+    _FUNCS[id(func)] = func
+    _RECORDERS[id(func)] = record_op
+    return record_op
+
+
+def _output(node, index, out):
+    meta, sig, shape, dtype = out
+    tensor = _make_wrapper(LazyTensor, shape, dtype=dtype, device=_DEVICE)
+    tensor._lazy = LazyValue(meta, node, index, None, sig)
+    track(tensor)
+    return tensor
+
+
+def _encode(x, lift: bool, key: list):
+    """Append `x`'s shape-cache key to `key`; returns `x` as a node argument."""
     t = type(x)
     if t is LazyTensor:
-        meta = x._lazy.meta
-        return (meta.shape, meta.dtype)
+        value = x._lazy
+        key.append(value.sig)
+        return value
     if t is float and lift:
-        return float  # the value is a graph input: it cannot change shapes or dtypes
+        key.append(float)
+        return x
     if t is list or t is tuple:
-        return tuple(_arg_key(v, lift) for v in x)
+        key.append(t)
+        key.append(len(x))
+        return t([_encode(v, lift, key) for v in x])
     if isinstance(x, torch.Tensor):
-        return ("host", x.shape, x.dtype)
-    return (t, x)
-
-
-def _shape_key(func, args, kwargs):
-    lift = _LIFTS.get(func)
-    if lift is None:
-        lift = _LIFTS[func] = func._schema.name in SCALAR_INPUT_OPS
-    key = [func]
-    for a in args:
-        key.append(_arg_key(a, lift))
-    for k, v in kwargs.items():
-        key.append(k)
-        key.append(_arg_key(v, lift))
-    return tuple(key)
+        # A CPU tensor mixed into a lazy op (e.g. a 0-d scalar tensor) becomes a graph input.
+        key.append(_HOST)
+        key.append(signature(x.shape, x.dtype))
+        return constant(x)._lazy
+    key.append(t)
+    key.append(x)
+    if isinstance(x, torch.device):
+        # Graphs are device-neutral; the importer expects a real torch device.
+        return torch.device("cpu")
+    return x
 
 
 def _infer(func, args, kwargs):
-    """Run `func` on meta tensors: (output metas, output kind)."""
+    """Run `func` on meta tensors: (output metas, output kind, per output
+    (meta, signature, shape, dtype))."""
     meta_args = [_to_meta(a) for a in args]
     meta_kwargs = {k: _to_meta(v) for k, v in kwargs.items()}
     out = func(*meta_args, **meta_kwargs)
     if isinstance(out, torch.Tensor):
-        return [meta_like(out.shape, out.dtype)], None
-    if isinstance(out, (list, tuple)) and all(isinstance(o, torch.Tensor) for o in out):
-        return [meta_like(o.shape, o.dtype) for o in out], type(out)
-    raise NotImplementedError(f"{func} returns {type(out).__name__}, not tensors")
-
-
-def record(func, args, kwargs):
-    """Add `func(*args, **kwargs)` to the trace; returns LazyTensors for its outputs."""
-    try:
-        key = _shape_key(func, args, kwargs)
-        cached = _SHAPES.get(key)
-    except TypeError:  # an unhashable argument: infer every time
-        key, cached = None, None
-    if cached is None:
-        try:
-            cached = _infer(func, args, kwargs)
-        except fallback.NO_META as error:
-            return _eager(func, args, kwargs, f"no meta kernel: {error}")
-        if key is not None:
-            if len(_SHAPES) >= _SHAPE_CACHE_LIMIT:
-                _SHAPES.clear()
-            _SHAPES[key] = cached
-    metas, kind = cached
-    op = _NODE_OP.get(func)
-    if op is None:
-        op = _NODE_OP[func] = _view_for_copy(func)
-    node = Node(op, tuple(_to_node_arg(a) for a in args),
-                {k: _to_node_arg(v) for k, v in kwargs.items()} if kwargs else {}, metas)
-    if kind is None:
-        return LazyTensor(LazyValue(metas[0], node, 0))
-    return kind(LazyTensor(LazyValue(m, node, k)) for k, m in enumerate(metas))
+        outs, kind = [out], None
+    elif isinstance(out, (list, tuple)) and all(isinstance(o, torch.Tensor) for o in out):
+        outs, kind = out, type(out)
+    else:
+        raise NotImplementedError(f"{func} returns {type(out).__name__}, not tensors")
+    metas = [meta_like(o.shape, o.dtype) for o in outs]
+    return metas, kind, tuple((m, signature(m.shape, m.dtype), tuple(m.shape), m.dtype)
+                              for m in metas)
 
 
 def _view_for_copy(func):
@@ -202,23 +366,9 @@ def _to_meta(x):
     return x
 
 
-def _to_node_arg(x):
-    t = type(x)
-    if t is LazyTensor:
-        return x._lazy
-    if t is list or t is tuple:
-        return t(_to_node_arg(v) for v in x)
-    if isinstance(x, torch.Tensor):
-        # A CPU tensor mixed into a lazy op (e.g. a 0-d scalar tensor) becomes a graph input.
-        return constant(x)._lazy
-    if isinstance(x, torch.device):
-        # Graphs are device-neutral; the importer expects a real torch device.
-        return torch.device("cpu")
-    return x
-
-
 def constant(cpu: torch.Tensor) -> LazyTensor:
     """A materialized lazy value holding a copy of `cpu`."""
+    _state.impure += 1
     cpu = cpu.detach().to("cpu").contiguous()
     return LazyTensor(LazyValue(meta_like(cpu.shape, cpu.dtype),
                                 data=targets.active().upload(cpu)))
@@ -226,6 +376,7 @@ def constant(cpu: torch.Tensor) -> LazyTensor:
 
 def _to_host(x):
     if isinstance(x, LazyTensor):
+        _state.impure += 1
         return to_cpu(x)
     if isinstance(x, torch.device) and x.type == "lazy_mlir":
         return torch.device("cpu")
@@ -233,6 +384,7 @@ def _to_host(x):
 
 
 def _eager(func, args, kwargs, reason):
+    _state.impure += 1
     return fallback.run_eagerly(func, args, kwargs, reason, _to_host, constant)
 
 
@@ -241,6 +393,7 @@ def _eager(func, args, kwargs, reason):
 def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None,
              non_blocking=False, memory_format=None):
     if device is not None and not _is_lazy_device(device):
+        _state.impure += 1
         out = to_cpu(self)
         out = out.to(dtype=dtype or out.dtype)
         return out.to(device) if torch.device(device).type != "cpu" else out
@@ -276,6 +429,7 @@ def _clone(self, memory_format=None):
 
 
 def _local_scalar_dense(self):
+    _state.impure += 1
     return to_cpu(self).item()
 
 
@@ -334,11 +488,205 @@ def _decompositions():
     return _DECOMPOSITIONS
 
 
+# A decomposition runs Python reference code and re-enters dispatch for every
+# piece (t_copy -> t -> transpose -> permute -> clone), 20-50 us a call. Its
+# result depends only on its arguments' shapes, dtypes and static values, so
+# it runs once per signature while a template of the nodes it recorded is
+# captured; later calls replay the template (a Node and a LazyValue per
+# piece). A call that syncs, runs an op eagerly, uploads a constant or rebinds
+# a tensor from outside is not captured: it runs every time, as before.
+
+_TEMPLATE_LIMIT = 256   # templates kept per op (a changing float in the key misses)
+
+
+class _NoTemplate(Exception):
+    pass
+
+
+class _Ref:
+    """In a template: the value at position `i` (inputs first, then node outputs)."""
+
+    __slots__ = ("i",)
+
+    def __init__(self, i: int):
+        self.i = i
+
+
+def _decomposer(func, decomposition):
+    templates: dict = {}
+
+    def run(f, args, kwargs):
+        out = decomposition(*args, **kwargs)
+        return record(f, args, kwargs) if out is NotImplemented else out
+
+    def decompose(f, args, kwargs):
+        state = _state
+        if state.capture_start >= 0:  # inside another capture: that one templates us
+            return run(f, args, kwargs)
+        # The default dtype: a decomposition may read it (factories without a dtype).
+        key, inputs = [torch.get_default_dtype()], []
+        try:
+            for a in args:
+                _template_key(a, key, inputs)
+            if kwargs:
+                key.append(_KWARGS)
+                for k, v in kwargs.items():
+                    key.append(k)
+                    _template_key(v, key, inputs)
+            key = tuple(key)
+            template = templates.get(key)
+        except (TypeError, _NoTemplate):  # unhashable or host-tensor arguments
+            return run(f, args, kwargs)
+        if template is not None:
+            return _replay(template, inputs)
+        if len({id(v) for v in inputs}) != len(inputs):
+            # One value in two argument places: a template would tie them together for
+            # later calls that pass two different values. (Replaying a template made
+            # with distinct values for a call that repeats one is exact.)
+            return run(f, args, kwargs)
+        start = next(values_module._node_ids)
+        impure = state.impure
+        state.capture_start = start
+        try:
+            out = run(f, args, kwargs)
+        finally:
+            state.capture_start = -1
+        if state.impure == impure:
+            template = _capture(start, inputs, out)
+            if template is not None:
+                if len(templates) >= _TEMPLATE_LIMIT:
+                    templates.clear()
+                templates[key] = template
+        return out
+
+    return decompose
+
+
+def _template_key(x, key: list, inputs: list) -> None:
+    """Like the shape-cache key, but every scalar by value (floats by their exact bits:
+    -0.0 == 0.0 in Python); collects the LazyValues in order."""
+    t = type(x)
+    if t is LazyTensor:
+        value = x._lazy
+        key.append(value.sig)
+        inputs.append(value)
+    elif t is float:
+        key.append(float)
+        key.append(x.hex())
+    elif t is list or t is tuple:
+        key.append(t)
+        key.append(len(x))
+        for v in x:
+            _template_key(v, key, inputs)
+    elif isinstance(x, torch.Tensor):
+        raise _NoTemplate  # a host tensor: its values would be baked in
+    else:
+        key.append(t)
+        key.append(x)
+
+
+def _capture(start: int, inputs: list, out):
+    """The template of what a decomposition recorded after node `start`, or None."""
+    position = {}  # id(value) or (seq, output) -> position in the replay's values
+    for i, value in enumerate(inputs):
+        position.setdefault(id(value), i)
+    nodes = {}
+    stack = []
+
+    def visit(value) -> bool:
+        if id(value) in position:
+            return True
+        node = value.node
+        if node is None or node.seq <= start:
+            return False  # made outside and not an input (a constant, a closure...)
+        if node.seq not in nodes:
+            nodes[node.seq] = node
+            stack.append(node)
+        return True
+
+    def visit_out(o) -> bool:
+        if type(o) is LazyTensor:
+            return visit(o._lazy)
+        if type(o) is list or type(o) is tuple:
+            return all(visit_out(v) for v in o)
+        return o is None or type(o) in (int, float, bool)
+
+    if not visit_out(out):
+        return None
+    while stack:
+        node = stack.pop()
+        for arg in (*node.args, *node.kwargs.values()):
+            for value in (arg if type(arg) is list or type(arg) is tuple else (arg,)):
+                if type(value) is LazyValue and not visit(value):
+                    return None
+    count = len(inputs)
+    for seq in sorted(nodes):
+        for k in range(len(nodes[seq].out_metas)):
+            position[(seq, k)] = count
+            count += 1
+
+    def spec(x):
+        if type(x) is LazyValue:
+            i = position.get(id(x))
+            return _Ref(i if i is not None else position[(x.node.seq, x.index)])
+        if type(x) is list or type(x) is tuple:
+            return type(x)(spec(v) for v in x)
+        return x
+
+    steps = []
+    for seq in sorted(nodes):
+        node = nodes[seq]
+        steps.append((node.op, tuple(spec(a) for a in node.args),
+                      {k: spec(v) for k, v in node.kwargs.items()}, node.out_metas,
+                      [signature(m.shape, m.dtype) for m in node.out_metas]))
+
+    def out_spec(o):
+        if type(o) is LazyTensor:
+            return spec(o._lazy)
+        if type(o) is list or type(o) is tuple:
+            return type(o)(out_spec(v) for v in o)
+        return o
+
+    return steps, out_spec(out)
+
+
+def _resolve(x, values: list):
+    t = type(x)
+    if t is _Ref:
+        return values[x.i]
+    if t is list or t is tuple:
+        return t(_resolve(v, values) for v in x)
+    return x
+
+
+def _rebuild(x, values: list):
+    t = type(x)
+    if t is _Ref:
+        return LazyTensor(values[x.i])
+    if t is list or t is tuple:
+        return t(_rebuild(v, values) for v in x)
+    return x
+
+
+def _replay(template, values: list):
+    steps, out = template
+    for op, args, kwargs, metas, sigs in steps:
+        node = Node(op, tuple(_resolve(a, values) for a in args),
+                    {k: _resolve(v, values) for k, v in kwargs.items()} if kwargs else {},
+                    metas)
+        for k, meta in enumerate(metas):
+            values.append(LazyValue(meta, node, k, None, sigs[k]))
+    return _rebuild(out, values)
+
+
 def _inplace(func, args, kwargs):
     """An in-place op below functionalization (decompositions use some): run the
     functional form and rebind the inner tensor to the new value. Nothing here
     aliases (functionalization above us owns views), so rebinding is exact."""
     self = args[0]
+    start = _state.capture_start
+    if start >= 0 and (self._lazy.node is None or self._lazy.node.seq <= start):
+        _state.impure += 1  # rebinds a tensor from outside a captured decomposition
     name = func._schema.name.removeprefix("aten::")
     if name == "copy_":
         result = _copy(self, args[1])

