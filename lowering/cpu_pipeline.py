@@ -6,8 +6,12 @@ in the upstream bindings (`mlir`), which have the LLVM backends.
 
 from __future__ import annotations
 
+import logging
+
 from . import cpu_schedule
 from .mlir_runner import UPSTREAM, PipelineFailure, run_pipeline
+
+log = logging.getLogger("lazymlir.lowering.cpu")
 
 BUFFERIZE_PIPELINE = (
     "builtin.module("
@@ -83,7 +87,13 @@ def _reject_i1_buffers(module) -> None:
 
 
 def to_loops(text: str):
-    return run_pipeline(UPSTREAM, text, LOOPS_PIPELINE, before=cpu_schedule.apply)
+    try:
+        return run_pipeline(UPSTREAM, text, LOOPS_PIPELINE, before=cpu_schedule.apply)
+    except cpu_schedule.ScheduleFailure as error:
+        # A strategy that does not fit an op costs speed, not the graph: the
+        # unscheduled pipeline lowers every linalg op to scalar loops.
+        log.warning("%s; compiling this graph without tiling/vectorization", error)
+        return run_pipeline(UPSTREAM, text, LOOPS_PIPELINE)
 
 
 def _mark_c_interface(module) -> None:

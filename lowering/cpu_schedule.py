@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .mlir_runner import PipelineFailure
+
 TAG = "lazymlir.schedule"
 
 # Register tile of a contraction (M x N x K): 8 x 32 f32 accumulators are 16
@@ -277,5 +279,12 @@ def apply(module) -> None:
         return
     transform_module = ir.Module.parse(script)
     entry = transform_module.body.operations[0]
-    interpreter.apply_named_sequence(module.operation, entry, transform_module)
+    try:
+        interpreter.apply_named_sequence(module.operation, entry, transform_module)
+    except Exception as error:  # the caller retries without the schedule
+        raise ScheduleFailure(f"cpu schedule failed: {error}") from None
     _strip_tags(module)
+
+
+class ScheduleFailure(PipelineFailure):
+    """The transform script failed on this module; the scalar loops still work."""
