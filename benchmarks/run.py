@@ -319,7 +319,8 @@ def main(argv=None) -> int:
             time.gmtime()), "cpu": _cpu_name(), "threads": torch.get_num_threads(),
             "torch": torch.__version__, "reps": args.reps,
             "loadavg_after": os.getloadavg(), "worker_start_s": worker_s,
-            "command": "PYTHONPATH=. python -m benchmarks.run " + " ".join(sys.argv[1:]),
+            "command": f"PYTHONPATH={os.environ.get('PYTHONPATH', '')} python "
+                       + " ".join(sys.argv),
             "lazymlir_path": str(Path(lazymlir.__file__).parent.parent)}
     if args.commit:
         meta["commit"] = args.commit
