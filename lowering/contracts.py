@@ -19,8 +19,9 @@ ALLOWED_DIALECTS: dict[str, frozenset[str]] = {
                          "complex", "affine", "ml_program", "bufferization"}),
     "bufferized": frozenset({"builtin", "func", "linalg", "memref", "arith", "math", "scf", "cf",
                              "complex", "affine", "ml_program", "bufferization"}),
+    # vector: what lowering/cpu_schedule.py tiled and vectorized.
     "loops": frozenset({"builtin", "func", "memref", "arith", "math", "scf", "cf", "affine",
-                        "ml_program"}),
+                        "ml_program", "vector", "ub"}),
     "llvm": frozenset({"builtin", "llvm"}),
 }
 

@@ -6,9 +6,13 @@ in the upstream bindings (`mlir`), which have the LLVM backends.
 
 from __future__ import annotations
 
-from . import i1_storage
+import logging
+
+from . import cpu_schedule, i1_storage
 from .mlir_runner import UPSTREAM, run_pipeline
 from .unique_results import copy_repeated_results
+
+log = logging.getLogger("lazymlir.lowering.cpu")
 
 BUFFERIZE_PIPELINE = (
     "builtin.module("
@@ -28,7 +32,8 @@ BUFFERIZE_PIPELINE = (
 
 LOOPS_PIPELINE = (
     "builtin.module("
-    # linalg on buffers -> scf loops (the CPU target lets LLVM vectorize them).
+    # What cpu_schedule did not tile and vectorize: linalg on buffers -> scf
+    # loops (LLVM's loop vectorizer takes the simple ones at -O3).
     "func.func(convert-linalg-to-loops),"
     # Temporaries get deallocations where their last use is.
     "buffer-deallocation-pipeline,convert-bufferization-to-memref,"
@@ -37,15 +42,24 @@ LOOPS_PIPELINE = (
 
 LLVM_PIPELINE = (
     "builtin.module("
+    # n-D vector transfers left by the schedule -> 1-D ones (unrolled).
+    "func.func(convert-vector-to-scf{full-unroll=true}),"
     "lower-affine,"
     # Structured control flow -> branches, which the LLVM dialect expresses.
     "convert-scf-to-cf,"
     # Subviews/reshapes -> explicit descriptors before the memref lowering.
     "expand-strided-metadata,"
+    # ...which computes subview offsets with affine.apply.
+    "lower-affine,"
     "finalize-memref-to-llvm,"
     # fpowi/ipowi with i64 exponents (x**2 from torch) have no correct LLVM
     # intrinsic form; outline them as software loops first.
     "convert-math-to-funcs,convert-scf-to-cf,"
+    # 1-D vector ops -> LLVM vector instructions (before the arith/math
+    # conversions, which it also uses for vector element types). Horizontal
+    # sums may reassociate (a shuffle tree, as eager's vectorized sums do):
+    # only the schedule's reductions create them.
+    "convert-vector-to-llvm{reassociate-fp-reductions},convert-ub-to-llvm,"
     "convert-math-to-llvm,convert-math-to-libm,convert-arith-to-llvm,convert-cf-to-llvm,"
     # The entry gets a C interface (_mlir_ciface_main) that the runtime calls
     # with one memref descriptor pointer per argument.
@@ -63,7 +77,13 @@ def to_bufferized(text: str):
 
 
 def to_loops(text: str):
-    return run_pipeline(UPSTREAM, text, LOOPS_PIPELINE)
+    try:
+        return run_pipeline(UPSTREAM, text, LOOPS_PIPELINE, before=cpu_schedule.apply)
+    except cpu_schedule.ScheduleFailure as error:
+        # A strategy that does not fit an op costs speed, not the graph: the
+        # unscheduled pipeline lowers every linalg op to scalar loops.
+        log.warning("%s; compiling this graph without tiling/vectorization", error)
+        return run_pipeline(UPSTREAM, text, LOOPS_PIPELINE)
 
 
 def _mark_c_interface(module) -> None:

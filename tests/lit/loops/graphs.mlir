@@ -42,11 +42,17 @@ module {
 // CHECK-LABEL: func.func @mlp$multi
 // CHECK-SAME: (%[[ARG0:.*]]: memref<4x8xf32>, %[[ARG1:.*]]: memref<8x16xf32>, %[[ARG2:.*]]: memref<16xf32>, %[[ARG3:.*]]: memref<4xf32>) {
 // CHECK: %[[ALLOC:.*]] = memref.alloc() {alignment = 64 : i64} : memref<4x16xf32>
-// CHECK: scf.for %[[ARG4:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
-// CHECK: memref.store %{{.*}}, %[[ALLOC]][%[[ARG4]], %{{.*}}] : memref<4x16xf32>
-// CHECK: %[[V:.*]] = memref.load %[[ARG0]][%[[ARG4]], %{{.*}}] : memref<4x8xf32>
-// CHECK: %[[V_2:.*]] = arith.mulf %[[V]], %{{.*}} : f32
-// CHECK: %[[V_3:.*]] = arith.addf %{{.*}}, %[[V_2]] : f32
-// CHECK: memref.store %[[V_3]], %[[ALLOC]][%[[ARG4]], %{{.*}}] : memref<4x16xf32>
-// CHECK: memref.store %{{.*}}, %[[ARG3]][%[[ARG4]]] : memref<4xf32>
-// CHECK: %[[V_3]] = arith.cmpf ugt, %[[V_2]], %{{.*}} : f32
+// CHECK: memref.store %{{.*}}, %[[ALLOC]]
+// The matmul: a vectorized K loop of FMAs on 16-wide rows.
+// CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} {
+// CHECK: vector.transfer_read %[[ARG0]]{{.*}} : memref<4x8xf32>, vector<4x4xf32>
+// CHECK: vector.fma %{{.*}}, %{{.*}}, %{{.*}} : vector<16xf32>
+// CHECK: vector.transfer_write %{{.*}}, %[[ALLOC]]
+// The fused bias + relu + row sum: 16 lanes per step, one horizontal add per row chunk.
+// CHECK: vector.load %[[ARG2]]
+// CHECK: scf.for
+// CHECK: %[[X:.*]] = arith.addf %{{.*}}, %{{.*}} : vector<16xf32>
+// CHECK: arith.cmpf ugt, %[[X]], %{{.*}} : vector<16xf32>
+// CHECK: vector.reduction <add>, %{{.*}}, %{{.*}} : vector<16xf32> into f32
+// CHECK: memref.dealloc %[[ALLOC]]
+// CHECK: return

@@ -68,9 +68,12 @@ module {
 // CHECK-SAME: (%[[ARG0:.*]]: memref<4x8xf32>, %[[ARG1:.*]]: memref<4xf32>) {
 // CHECK: scf.for %[[ARG2:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
 // CHECK: memref.store %{{.*}}, %[[ARG1]][%[[ARG2]]] : memref<4xf32>
-// CHECK: %[[V:.*]] = memref.load %[[ARG0]][%[[ARG2]], %{{.*}}] : memref<4x8xf32>
-// CHECK: %[[V_2:.*]] = arith.addf %[[V]], %{{.*}} : f32
-// CHECK: memref.store %[[V_2]], %[[ARG1]][%[[ARG2]]] : memref<4xf32>
+// The row sum is vectorized (lowering/cpu_schedule.py): one 8-wide load and one
+// horizontal add per row.
+// CHECK: scf.for %[[ROW:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
+// CHECK: %[[IN:.*]] = memref.subview %[[ARG0]][%[[ROW]], 0] [1, 8] [1, 1]
+// CHECK: %[[V:.*]] = vector.load %[[IN]][%{{.*}}, %{{.*}}] : memref<1x8xf32, strided<[8, 1], offset: ?>>, vector<8xf32>
+// CHECK: vector.reduction <add>, %[[V]], %{{.*}} : vector<8xf32> into f32
 // CHECK: return
 
 // -----
@@ -86,10 +89,15 @@ module {
 }
 // CHECK-LABEL: func.func @mm$basic
 // CHECK-SAME: (%[[ARG0:.*]]: memref<4x8xf32>, %[[ARG1:.*]]: memref<8x16xf32>, %[[ARG2:.*]]: memref<4x16xf32>) {
-// CHECK: scf.for %[[ARG3:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
-// CHECK: memref.store %{{.*}}, %[[ARG2]][%[[ARG3]], %{{.*}}] : memref<4x16xf32>
-// CHECK: %[[V:.*]] = memref.load %[[ARG0]][%[[ARG3]], %{{.*}}] : memref<4x8xf32>
-// CHECK: %[[V_2:.*]] = arith.mulf %[[V]], %{{.*}} : f32
-// CHECK: %[[V_3:.*]] = arith.addf %{{.*}}, %[[V_2]] : f32
-// CHECK: memref.store %[[V_3]], %[[ARG2]][%[[ARG3]], %{{.*}}] : memref<4x16xf32>
+// Tiled and vectorized (lowering/cpu_schedule.py): the accumulator tile is read once,
+// carried through the K loop in registers and written once.
+// CHECK: %[[ACC:.*]] = vector.transfer_read %[[ARG2]][%{{.*}}, %{{.*}}], %{{.*}} {in_bounds = [true, true]} : memref<4x16xf32>, vector<4x16xf32>
+// CHECK: %[[RES:.*]] = scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%{{.*}} = %[[ACC]]) -> (vector<4x16xf32>) {
+// CHECK: vector.transfer_read %[[ARG0]]{{.*}} : memref<4x8xf32>, vector<4x4xf32>
+// CHECK: vector.transfer_read %[[ARG1]]{{.*}} : memref<8x16xf32>, vector<4x16xf32>
+// CHECK-NOT: memref.store
+// CHECK: vector.fma %{{.*}}, %{{.*}}, %{{.*}} : vector<16xf32>
+// CHECK-NOT: vector.transfer_write
+// CHECK: scf.yield
+// CHECK: vector.transfer_write %[[RES]], %[[ARG2]]
 // CHECK: return

@@ -1,0 +1,337 @@
+"""CPU benchmarks: lazy_mlir against eager PyTorch (and torch.compile), side by side.
+
+    PYTHONPATH=. python -m benchmarks.run [--label NAME] [--reps N] [--inductor] [--quick]
+
+Every workload runs eagerly and on `lazy_mlir` (CPU target) in one process; each
+figure is the median of `--reps` timed runs after one untimed warm-up, and the
+first lazy run (trace + compile + run) is reported separately as `first s`.
+`lazy ms` is the whole user-visible step: tracing, the graph-cache lookup, the
+compiled code and the copy back to a CPU tensor (`.cpu()` / `mark_step()`);
+`code ms` is only the compiled code (the `ExecuteTime` timer). Ratios are
+lazy/eager: below 1 is faster than eager.
+
+Writes benchmarks/results/<label>.json, <label>.md and <label>.png (the plot
+needs matplotlib; without it the plot is skipped with a message).
+Timings are never asserted anywhere: they depend on the machine and its load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+@dataclass
+class Row:
+    name: str
+    eager_ms: float
+    lazy_ms: float
+    code_ms: float
+    first_s: float
+    flops: float = 0.0            # per run, for GFLOP/s columns (0: not a FLOP benchmark)
+    inductor_ms: float | None = None
+    max_abs_err: float = 0.0
+    fallbacks: int = 0            # ops that ran eagerly instead of compiled (must be 0)
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def ratio(self) -> float:
+        return self.lazy_ms / self.eager_ms
+
+
+def _median_ms(fn: Callable[[], object], reps: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(reps):
+        began = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - began)
+    return 1e3 * statistics.median(times)
+
+
+def _execute_total() -> float:
+    import lazymlir
+
+    return lazymlir.metrics.timers().get("ExecuteTime", {}).get("total_s", 0.0)
+
+
+def _fallbacks() -> int:
+    import lazymlir
+
+    return sum(lazymlir.metrics.fallback_ops().values())
+
+
+def _paired_timing(eager_fn: Callable[[], object], lazy_fn: Callable[[], object], reps: int):
+    """(eager median ms, lazy first run s, lazy median ms, compiled-code median ms, lazy result).
+
+    Eager and lazy runs alternate, so both see the same machine load (the
+    machine may be shared; medians of interleaved runs keep the ratio honest).
+    """
+    began = time.perf_counter()
+    out = lazy_fn()
+    first = time.perf_counter() - began
+    eager_fn()
+    lazy_fn()
+    eager, lazy, code = [], [], []
+    for _ in range(reps):
+        began = time.perf_counter()
+        eager_fn()
+        eager.append(time.perf_counter() - began)
+        exec_before = _execute_total()
+        began = time.perf_counter()
+        out = lazy_fn()
+        lazy.append(time.perf_counter() - began)
+        code.append(_execute_total() - exec_before)
+    ms = [1e3 * statistics.median(t) for t in (eager, lazy, code)]
+    return ms[0], first, ms[1], ms[2], out
+
+
+def _inductor_ms(fn, args, reps: int) -> float | None:
+    try:
+        compiled = torch.compile(fn)
+        compiled(*args)
+        return _median_ms(lambda: compiled(*args), reps)
+    except Exception as error:  # optional column: report, do not fail the run
+        print(f"  torch.compile failed: {type(error).__name__}: {str(error)[:200]}")
+        return None
+
+
+def _function_bench(name: str, fn, args: list[torch.Tensor], reps: int, inductor: bool,
+                    flops: float = 0.0) -> Row:
+    expected = fn(*args)
+    lazy_args = [a.to("lazy_mlir") for a in args]
+    before = _fallbacks()
+    eager, first, lazy, code, out = _paired_timing(lambda: fn(*args),
+                                                   lambda: fn(*lazy_args).cpu(), reps)
+    err = (out - expected).abs().max().item()
+    row = Row(name, eager, lazy, code, first, flops=flops, max_abs_err=err,
+              fallbacks=_fallbacks() - before)
+    if inductor:
+        row.inductor_ms = _inductor_ms(fn, args, reps)
+    return row
+
+
+def _chain(x):
+    # 8 elementwise ops, fused into one loop by the compiler.
+    return (((x * 1.1 + 0.5).relu() * 2.0 - 1.0).exp() + 1.0).sqrt()
+
+
+def _softmax(x):
+    return torch.softmax(x, dim=-1)
+
+
+def _layer_norm(x, w, b):
+    return F.layer_norm(x, (x.shape[-1],), w, b)
+
+
+def _matmul(a, b):
+    return a @ b
+
+
+def _mlp(seed: int = 0) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(),
+                               torch.nn.Linear(512, 256))
+
+
+def _train_step(model, opt, x, y):
+    opt.zero_grad()
+    loss = F.mse_loss(model(x), y)
+    loss.backward()
+    opt.step()
+    return loss
+
+
+def _mlp_bench(reps: int, inductor: bool) -> Row:
+    import lazymlir
+
+    x, y = torch.randn(64, 256), torch.randn(64, 256)
+    eager_model = _mlp()
+    eager_opt = torch.optim.SGD(eager_model.parameters(), lr=0.01)
+    lazy_model = _mlp().to("lazy_mlir")
+    lazy_opt = torch.optim.SGD(lazy_model.parameters(), lr=0.01)
+    xl, yl = x.to("lazy_mlir"), y.to("lazy_mlir")
+
+    def lazy_step():
+        loss = _train_step(lazy_model, lazy_opt, xl, yl)
+        lazymlir.mark_step()
+        return loss
+
+    before = _fallbacks()
+    eager, first, lazy, code, _ = _paired_timing(
+        lambda: _train_step(eager_model, eager_opt, x, y), lazy_step, reps)
+    fallbacks = _fallbacks() - before
+    # Both took the same number of steps from the same weights: compare them.
+    err = max((pe - pl.cpu()).abs().max().item()
+              for pe, pl in zip(eager_model.parameters(), lazy_model.parameters()))
+    row = Row("mlp train step 64x256-512-256 SGD", eager, lazy, code, first, max_abs_err=err,
+              fallbacks=fallbacks)
+    if inductor:
+        ind_model = _mlp()
+        ind_opt = torch.optim.SGD(ind_model.parameters(), lr=0.01)
+        row.inductor_ms = _inductor_ms(
+            lambda: _train_step(ind_model, ind_opt, x, y), [], reps)
+    return row
+
+
+def run(reps: int, inductor: bool, sizes: list[int], only: str = "") -> list[Row]:
+    torch.manual_seed(0)
+    rows = []
+    for n in sizes if "matmul".startswith(only) or only in "matmul" else []:
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        rows.append(_function_bench(f"matmul {n}^3", _matmul, [a, b], reps, inductor,
+                                    flops=2.0 * n ** 3))
+        print(_format_row(rows[-1]), flush=True)
+    work = [
+        ("elementwise chain 8 ops, 4M f32", _chain, [torch.randn(4 * 1024 * 1024)]),
+        ("softmax (4096,1024)", _softmax, [torch.randn(4096, 1024)]),
+        ("layer_norm (4096,1024)", _layer_norm,
+         [torch.randn(4096, 1024), torch.randn(1024), torch.randn(1024)]),
+    ]
+    for name, fn, args in work:
+        if only not in name:
+            continue
+        rows.append(_function_bench(name, fn, args, reps, inductor))
+        print(_format_row(rows[-1]), flush=True)
+    if only in "mlp":
+        rows.append(_mlp_bench(reps, inductor))
+        print(_format_row(rows[-1]), flush=True)
+    return rows
+
+
+HEADER = (f"{'workload':<36} {'eager ms':>9} {'lazy ms':>9} {'code ms':>9} {'lazy/eager':>10} "
+          f"{'first s':>8} {'GFLOP/s e|l':>14} {'inductor ms':>11} {'max err':>9} {'fallbk':>6}")
+
+
+def _format_row(r: Row) -> str:
+    gf = (f"{r.flops / r.eager_ms / 1e6:6.1f}|{r.flops / r.lazy_ms / 1e6:<6.1f}"
+          if r.flops else "")
+    ind = f"{r.inductor_ms:.3f}" if r.inductor_ms is not None else "-"
+    return (f"{r.name:<36} {r.eager_ms:9.3f} {r.lazy_ms:9.3f} {r.code_ms:9.3f} {r.ratio:10.2f} "
+            f"{r.first_s:8.2f} {gf:>14} {ind:>11} {r.max_abs_err:9.2e} {r.fallbacks:6d}")
+
+
+def _markdown(rows: list[Row], meta: dict) -> str:
+    lines = [f"# {meta['label']}", "",
+             f"`{meta['command']}` at commit `{meta['commit']}`, {meta['date']}, "
+             f"{meta['cpu']} ({meta['threads']} torch threads), torch {meta['torch']}, "
+             f"median of {meta['reps']} interleaved runs, load average after the run "
+             f"{meta['loadavg_after'][0]:.1f}; compile worker start {meta['worker_start_s']:.2f} s "
+             "(not in `first run s`). `fallbacks`: ops run eagerly instead (0 = all compiled).", "",
+             "| workload | eager ms | lazy ms | code ms | lazy/eager | first run s | "
+             "GFLOP/s eager | GFLOP/s lazy | inductor ms | max abs err | fallbacks |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        gf_e = f"{r.flops / r.eager_ms / 1e6:.1f}" if r.flops else ""
+        gf_l = f"{r.flops / r.lazy_ms / 1e6:.1f}" if r.flops else ""
+        ind = f"{r.inductor_ms:.3f}" if r.inductor_ms is not None else "-"
+        lines.append(f"| {r.name} | {r.eager_ms:.3f} | {r.lazy_ms:.3f} | {r.code_ms:.3f} | "
+                     f"{r.ratio:.2f} | {r.first_s:.2f} | {gf_e} | {gf_l} | {ind} | "
+                     f"{r.max_abs_err:.2e} | {r.fallbacks} |")
+    return "\n".join(lines) + "\n"
+
+
+def _plot(rows: list[Row], path: Path, label: str) -> str | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed: plot skipped (pip install matplotlib)"
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    names = [r.name for r in rows]
+    ax.barh(names, [r.ratio for r in rows], color="tab:blue", label="lazy_mlir / eager")
+    if any(r.inductor_ms for r in rows):
+        ax.barh(names, [(r.inductor_ms or 0) / r.eager_ms for r in rows], height=0.3,
+                color="tab:orange", label="torch.compile / eager")
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    ax.set_xscale("log")
+    ax.set_xlabel("time relative to CPU eager (log scale, lower is faster)")
+    ax.set_title(f"lazy_mlir CPU target: {label}")
+    ax.invert_yaxis()
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return None
+
+
+def _commit(package_dir: Path) -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, cwd=package_dir).stdout.strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return f"{line.split(':', 1)[1].strip()}, {os.cpu_count()} cores"
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--label", default="latest", help="results file name")
+    parser.add_argument("--reps", type=int, default=10)
+    parser.add_argument("--inductor", action="store_true",
+                        help="add torch.compile (inductor) columns (slow cold compiles)")
+    parser.add_argument("--only", default="", help="run only workloads whose name contains this")
+    parser.add_argument("--commit", help="name the measured code's commit (default: git HEAD of "
+                        "the imported lazymlir)")
+    parser.add_argument("--sizes", default="256,512,1024",
+                        help="matmul sizes (comma separated; 2048 is slow before optimization)")
+    args = parser.parse_args(argv)
+    # A private, empty disk cache: first runs really compile.
+    os.environ["LAZYMLIR_CACHE_DIR"] = tempfile.mkdtemp(prefix="lazymlir-bench-")
+    os.environ.setdefault("LAZYMLIR_TARGET", "cpu")
+    import lazymlir
+
+    print(f"lazymlir {lazymlir.__version__}, target {lazymlir.target()}, "
+          f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    # Start the compile worker outside the table (its start-up is not a compile).
+    began = time.perf_counter()
+    (torch.ones(2).to("lazy_mlir") + 1).cpu()
+    worker_s = time.perf_counter() - began
+    print(f"compile worker start + first tiny graph: {worker_s:.2f} s")
+    print(HEADER)
+    rows = run(args.reps, args.inductor, [int(s) for s in args.sizes.split(",") if s], args.only)
+    meta = {"label": args.label, "commit": _commit(Path(lazymlir.__file__).parent),
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpu": _cpu_name(), "threads": torch.get_num_threads(),
+            "torch": torch.__version__, "reps": args.reps,
+            "loadavg_after": os.getloadavg(), "worker_start_s": worker_s,
+            "command": f"PYTHONPATH={os.environ.get('PYTHONPATH', '')} python "
+                       + " ".join(sys.argv),
+            "lazymlir_path": str(Path(lazymlir.__file__).parent.parent)}
+    if args.commit:
+        meta["commit"] = args.commit
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    data = {"meta": meta, "rows": [asdict(r) | {"ratio": r.ratio} for r in rows]}
+    (RESULTS / f"{args.label}.json").write_text(json.dumps(data, indent=1) + "\n")
+    (RESULTS / f"{args.label}.md").write_text(_markdown(rows, meta))
+    note = _plot(rows, RESULTS / f"{args.label}.png", args.label)
+    print(note or f"wrote {RESULTS / args.label}.{{json,md,png}}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,290 @@
+"""CPU schedule: tile and vectorize linalg ops on buffers with the transform dialect.
+
+Runs at the start of the `loops` stage, on the bufferized module. Each linalg
+op that a strategy below fits is tagged, and one transform script (built here
+from the ops' static shapes) tiles, vectorizes and lowers exactly those ops;
+everything else keeps the scalar `convert-linalg-to-loops` path that follows
+in the pipeline (and LLVM's loop vectorizer at -O3).
+
+Strategies (AVX-512: 16 f32 lanes; the same code is correct on any x86-64,
+llc picks the host's vector width):
+
+- contraction (`linalg.matmul`, `linalg.batch_matmul`, f32, static shapes):
+  a cache tile (at most 64 x 256 x 256 of M x N x K) around a register tile
+  of 8 x 32 (M x N) over 4 steps of K, all dividing the shape (no partial
+  tiles, so no masks). The register tile becomes one `vector.contract`, then
+  8 x 4 broadcast FMAs on `vector<32xf32>` rows. The accumulator is read
+  before the K loop and written after it (`hoist_redundant_vector_transfers`
+  after folding the subviews into the transfers): it lives in registers,
+  never reloaded or stored per step.
+
+Ops are matched by a `lazymlir.schedule` attribute holding their index; the
+attribute is removed afterwards.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .mlir_runner import PipelineFailure
+
+TAG = "lazymlir.schedule"
+
+# Register tile of a contraction (M x N x K): 8 x 32 f32 accumulators are 16
+# AVX-512 registers, leaving room for the B rows and A broadcasts.
+REG_M, REG_N, REG_K = 8, 32, 4
+# Cache tile caps (M x N x K): a 256 x 32 slice of B (32 KiB) stays in L1
+# while a 64-row block of A streams past it.
+CACHE_M, CACHE_N, CACHE_K = 64, 256, 256
+
+
+@dataclass
+class Plan:
+    index: int
+    script: str  # transform ops on the handle %op<index>
+
+
+def _largest_divisor(dim: int, candidates: tuple[int, ...]) -> int:
+    for c in candidates:
+        if dim % c == 0:
+            return c
+    return 1
+
+
+def _cache_tile(dim: int, inner: int, cap: int) -> int:
+    """The largest multiple of `inner` that divides `dim` and is at most `cap` (at least inner)."""
+    best = inner
+    for t in range(inner, min(dim, cap) + 1, inner):
+        if dim % t == 0:
+            best = t
+    return best
+
+
+def _static_shape(value_type) -> list[int] | None:
+    from mlir import ir
+
+    shaped = ir.ShapedType(value_type)
+    if not shaped.has_static_shape:
+        return None
+    return list(shaped.shape)
+
+
+def _is_f32(value_type) -> bool:
+    from mlir import ir
+
+    return str(ir.ShapedType(value_type).element_type) == "f32"
+
+
+_DEFAULT_MAPS = {
+    "linalg.matmul": ["affine_map<(d0, d1, d2) -> (d0, d2)>",
+                      "affine_map<(d0, d1, d2) -> (d2, d1)>",
+                      "affine_map<(d0, d1, d2) -> (d0, d1)>"],
+    "linalg.batch_matmul": ["affine_map<(d0, d1, d2, d3) -> (d0, d1, d3)>",
+                            "affine_map<(d0, d1, d2, d3) -> (d0, d3, d2)>",
+                            "affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>"],
+}
+
+
+def _contraction_plan(op, index: int) -> Plan | None:
+    """Tile + vectorize a plain (un-transposed) matmul or batch_matmul on f32 buffers."""
+    name = op.operation.name
+    if name not in ("linalg.matmul", "linalg.batch_matmul"):
+        return None
+    maps = op.operation.attributes["indexing_maps"] \
+        if "indexing_maps" in op.operation.attributes else None
+    if maps is not None and [str(m) for m in maps] != _DEFAULT_MAPS[name]:
+        return None  # transposed/broadcast variants keep the scalar loops
+    operands = list(op.operation.operands)
+    if len(operands) != 3 or not all(_is_f32(v.type) for v in operands):
+        return None
+    shapes = [_static_shape(v.type) for v in operands]
+    if any(s is None for s in shapes):
+        return None
+    a, b = shapes[0], shapes[1]
+    m, k, n = a[-2], a[-1], b[-1]
+    rm = _largest_divisor(m, (REG_M, 4, 2))
+    rn = _largest_divisor(n, (REG_N, 16, 8))
+    rk = _largest_divisor(k, (REG_K, 2))
+    if rm == 1 or rn == 1:
+        return None  # tiny or odd shapes: the scalar loops are as good
+    cm, cn, ck = _cache_tile(m, rm, CACHE_M), _cache_tile(n, rn, CACHE_N), \
+        _cache_tile(k, rk, CACHE_K)
+    batch = [1] if name == "linalg.batch_matmul" else []
+    outer = batch + [cm, cn, ck]
+    inner = batch + [rm, rn, rk]
+    loops = len(outer)
+    handles = ", ".join(["!transform.any_op"] * (loops + 1))
+    h = f"%op{index}"
+    script = (
+        f"    %c{index}, %cl{index}:{loops} = transform.structured.tile_using_for {h} "
+        f"tile_sizes {outer} : (!transform.any_op) -> ({handles})\n"
+        f"    %r{index}, %rl{index}:{loops} = transform.structured.tile_using_for %c{index} "
+        f"tile_sizes {inner} : (!transform.any_op) -> ({handles})\n"
+        f"    transform.structured.vectorize %r{index} : !transform.any_op\n"
+        # Subviews -> offsets in the transfers, so the hoisting below sees the
+        # accumulator's buffer itself. Only inside this op's loops: on the
+        # expand_shape views of reductions this pattern set never converges.
+        f"    transform.apply_patterns to %cl{index}#0 {{\n"
+        f"      transform.apply_patterns.memref.fold_memref_alias_ops\n"
+        f"    }} : !transform.any_op\n"
+    )
+    return Plan(index, script)
+
+
+def _innermost_reduction_plan(op, index: int) -> Plan | None:
+    """Vectorize a generic whose only reduction is its innermost loop (sum, max, mean, norms).
+
+    Parallel loops are tiled by 1 and the reduction by 16 (one AVX-512
+    vector): each step reads 16 contiguous elements per input and folds them
+    into the accumulator with one horizontal `vector.reduction` (reassociated
+    into a shuffle tree by convert-vector-to-llvm, like eager's vectorized sums).
+    """
+    if op.operation.name != "linalg.generic":
+        return None
+    attrs = op.operation.attributes
+    iterators = [str(it) for it in attrs["iterator_types"]]
+    if not iterators or "reduction" not in iterators[-1] or \
+            any("reduction" in it for it in iterators[:-1]):
+        return None
+    operands = list(op.operation.operands)
+    if not operands or not all(_is_f32(v.type) for v in operands):
+        return None
+    shapes = [_static_shape(v.type) for v in operands]
+    if any(s is None for s in shapes):
+        return None
+    # Every input must read the reduced dim as its innermost, contiguous one.
+    rank = len(iterators)
+    last = f"d{rank - 1}"
+    maps = [str(m) for m in attrs["indexing_maps"]]
+    num_outputs = 1
+    for m in maps[:-num_outputs]:
+        results = m.split("->")[1].strip(" ()>")
+        if not results.split(",")[-1].strip() == last:
+            return None
+    loop_sizes = _loop_sizes(op, rank)
+    if loop_sizes is None:
+        return None
+    rk = _largest_divisor(loop_sizes[-1], (16, 8))
+    if rk == 1:
+        return None
+    tiles = [1] * (rank - 1) + [rk]
+    handles = ", ".join(["!transform.any_op"] * (rank + 1))
+    script = (
+        f"    %r{index}, %rl{index}:{rank} = transform.structured.tile_using_for %op{index} "
+        f"tile_sizes {tiles} : (!transform.any_op) -> ({handles})\n"
+        f"    transform.structured.vectorize %r{index} : !transform.any_op\n"
+    )
+    return Plan(index, script)
+
+
+def _loop_sizes(op, rank: int) -> list[int] | None:
+    """Static loop bounds of a linalg op (from its identity-mapped operands)."""
+    sizes: list[int | None] = [None] * rank
+    maps = op.operation.attributes["indexing_maps"]
+    for value, amap in zip(op.operation.operands, maps):
+        shape = _static_shape(value.type)
+        results = str(amap).split("->")[1].strip(" ()>").split(",")
+        for extent, expr in zip(shape, results):
+            expr = expr.strip()
+            if expr.startswith("d") and expr[1:].isdigit():
+                sizes[int(expr[1:])] = extent
+    if any(s is None for s in sizes):
+        return None
+    return sizes
+
+
+STRATEGIES = (_contraction_plan, _innermost_reduction_plan)
+
+# After the per-op steps, on the whole function: turn the vectorized
+# matmuls into vector.contract, CSE (so a transfer pair has equal indices),
+# keep accumulators in registers across the reduction loop, then lower
+# contractions to FMAs and transfers to 1-D (what convert-vector-to-llvm takes).
+_FINISH = """
+    %f = transform.structured.match ops{["func.func"]} in %root : (!transform.any_op) -> !transform.any_op
+    transform.apply_patterns to %f {
+      transform.apply_patterns.vector.reduction_to_contract
+      transform.apply_patterns.vector.transfer_permutation_patterns
+      transform.apply_patterns.canonicalization
+    } : !transform.any_op
+    transform.apply_cse to %f : !transform.any_op
+    %h = transform.structured.hoist_redundant_vector_transfers %f : (!transform.any_op) -> !transform.any_op
+    transform.apply_patterns to %h {
+      transform.apply_patterns.vector.lower_contraction lowering_strategy = "outerproduct"
+      transform.apply_patterns.vector.lower_outerproduct
+      transform.apply_patterns.vector.lower_multi_reduction lowering_strategy = "innerreduction"
+      transform.apply_patterns.vector.cast_away_vector_leading_one_dim
+      transform.apply_patterns.vector.transfer_permutation_patterns
+      transform.apply_patterns.vector.lower_transfer max_transfer_rank = 1
+    } : !transform.any_op
+"""
+
+
+def _linalg_ops(module):
+    found = []
+
+    def visit(op):
+        name = op.operation.name
+        if name.startswith("linalg."):
+            found.append(op)
+            return
+        for region in op.operation.regions:
+            for block in region.blocks:
+                for nested in block.operations:
+                    visit(nested)
+
+    visit(module.operation)
+    return found
+
+
+def build_script(module) -> str | None:
+    """Tag the ops a strategy fits and return the transform module text (None: nothing to do)."""
+    from mlir import ir
+
+    plans = []
+    for op in _linalg_ops(module):
+        for strategy in STRATEGIES:
+            plan = strategy(op, len(plans))
+            if plan is not None:
+                op.operation.attributes[TAG] = ir.IntegerAttr.get(
+                    ir.IntegerType.get_signless(64), plan.index)
+                plans.append(plan)
+                break
+    if not plans:
+        return None
+    body = []
+    for plan in plans:
+        body.append(f"    %op{plan.index} = transform.structured.match "
+                    f"attributes{{{TAG} = {plan.index} : i64}} in %root "
+                    f": (!transform.any_op) -> !transform.any_op\n")
+        body.append(plan.script)
+    return ("module attributes {transform.with_named_sequence} {\n"
+            "  transform.named_sequence @__transform_main("
+            "%root: !transform.any_op {transform.readonly}) {\n"
+            + "".join(body) + _FINISH + "    transform.yield\n  }\n}\n")
+
+
+def _strip_tags(module) -> None:
+    for op in _linalg_ops(module):
+        if TAG in op.operation.attributes:
+            del op.operation.attributes[TAG]
+
+
+def apply(module) -> None:
+    """Schedule `module` in place (call inside its context)."""
+    from mlir import ir
+    from mlir.dialects.transform import interpreter
+
+    script = build_script(module)
+    if script is None:
+        return
+    transform_module = ir.Module.parse(script)
+    entry = transform_module.body.operations[0]
+    try:
+        interpreter.apply_named_sequence(module.operation, entry, transform_module)
+    except Exception as error:  # the caller retries without the schedule
+        raise ScheduleFailure(f"cpu schedule failed: {error}") from None
+    _strip_tags(module)
+
+
+class ScheduleFailure(PipelineFailure):
+    """The transform script failed on this module; the scalar loops still work."""
