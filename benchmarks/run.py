@@ -316,7 +316,8 @@ def main(argv=None) -> int:
     print(HEADER)
     rows = run(args.reps, args.inductor, [int(s) for s in args.sizes.split(",") if s], args.only)
     meta = {"label": args.label, "commit": _commit(Path(lazymlir.__file__).parent),
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpu": _cpu_name(), "threads": torch.get_num_threads(),
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpu": _cpu_name(),
+            "threads": torch.get_num_threads(),
             "torch": torch.__version__, "reps": args.reps,
             "loadavg_after": os.getloadavg(), "worker_start_s": worker_s,
             "command": f"PYTHONPATH={os.environ.get('PYTHONPATH', '')} python "
