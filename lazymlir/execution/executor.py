@@ -70,7 +70,7 @@ def _plan(current, target, graph: dict, key: str):
 
 def _make_plan(current, target, graph: dict, key: str):
     text = fx_graph.dumps(graph)
-    entry = graph_cache.disk_entry(current.settings.cache_dir, key, target.name)
+    entry = graph_cache.disk_entry(current.settings.cache_dir, key, target.fingerprint())
     artifact = graph_cache.load_artifact(entry, text, target.is_complete)
     if artifact is not None:
         try:
@@ -105,7 +105,7 @@ def _options(current, target, key: str | None) -> CompileOptions:
 
 def _worker(current) -> CompileWorker:
     if current.worker is None:
-        current.worker = CompileWorker(current.metrics)
+        current.worker = CompileWorker(current.metrics, current.settings.compile_timeout)
     return current.worker
 
 

@@ -44,8 +44,10 @@ class GraphCache:
         return len(self._memory)
 
 
-def disk_entry(cache_dir: str | None, key: str, target: str) -> Path | None:
-    return Path(cache_dir) / f"{key}-{target}" if cache_dir else None
+def disk_entry(cache_dir: str | None, key: str, fingerprint: str) -> Path | None:
+    """The entry folder: the graph's hash and the target's fingerprint (a `.so` built for
+    one CPU must not be loaded on another)."""
+    return Path(cache_dir) / f"{key}-{fingerprint}" if cache_dir else None
 
 
 def load_artifact(entry: Path | None, graph_text: str, is_complete) -> Path | None:

@@ -17,12 +17,14 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import select
 import signal
 import struct
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 from ..support.errors import CompilerCrashError
@@ -51,6 +53,13 @@ def read_message(stream):
     return pickle.loads(payload)
 
 
+def _wait_readable(stream, deadline: float) -> bool:
+    """Whether `stream` has data before `deadline` (time.monotonic())."""
+    remaining = max(0.0, deadline - time.monotonic())
+    ready, _, _ = select.select([stream], [], [], remaining)
+    return bool(ready)
+
+
 def _signal_name(returncode: int | None) -> str:
     if returncode is None:
         return "no exit status"
@@ -67,8 +76,9 @@ class CompileWorker:
 
     module = "lazymlir.execution.worker_main"  # what the child runs (`python -m module`)
 
-    def __init__(self, metrics=None):
+    def __init__(self, metrics=None, timeout: float | None = None):
         self._metrics = metrics
+        self.timeout = timeout  # seconds per request; None waits forever
         self._lock = threading.Lock()
         self._process: subprocess.Popen | None = None
         self._log_path: Path | None = None
@@ -104,9 +114,15 @@ class CompileWorker:
                 self._start()
             process = self._process
             stage = None
+            deadline = None if self.timeout is None else time.monotonic() + self.timeout
             try:
                 write_message(process.stdin, (kind, payload))
                 while True:
+                    if deadline is not None and not _wait_readable(process.stdout, deadline):
+                        process.kill()  # a hung pass: give up on this compile
+                        process.wait()
+                        self._process = None
+                        raise self._crash_error(kind, payload, stage, None, timed_out=True)
                     message = read_message(process.stdout)
                     if message is None:
                         break
@@ -130,7 +146,8 @@ class CompileWorker:
                 self._metrics.inc("CompilerCrash")
             raise self._crash_error(kind, payload, stage, process.returncode)
 
-    def _crash_error(self, kind, payload, stage, returncode) -> CompilerCrashError:
+    def _crash_error(self, kind, payload, stage, returncode,
+                     timed_out: bool = False) -> CompilerCrashError:
         tail = ""
         if self._log_path is not None and self._log_path.exists():
             lines = self._log_path.read_text(errors="replace").strip().splitlines()
@@ -141,7 +158,9 @@ class CompileWorker:
         repro = compiler.save_repro_input(payload["fx_text"], options)
         command = f"lazymlir-opt --target={options.target} {repro}"
         where = f" in stage '{stage}'" if stage else ""
-        message = (f"the MLIR compiler crashed{where} ({_signal_name(returncode)}) while "
+        what = (f"did not finish{where} within {self.timeout:g} s (LAZYMLIR_COMPILE_TIMEOUT)"
+                if timed_out else f"crashed{where} ({_signal_name(returncode)})")
+        message = (f"the MLIR compiler {what} while "
                    f"{'probing an op' if kind == 'probe' else 'compiling a graph'} for target "
                    f"{options.target}; your process is unaffected and the next compile starts "
                    f"a fresh compiler process.")

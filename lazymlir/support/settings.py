@@ -29,6 +29,7 @@ class Settings:
     repro_dir: str | None = None  # LAZYMLIR_REPRO_DIR: where failing stage inputs go (TMPDIR)
     runtime_lib: str | None = None  # LAZYMLIR_RUNTIME_LIB: the CUDA runtime .so (or its folder)
     compile_worker: bool = True   # LAZYMLIR_COMPILE_WORKER: 0 compiles in-process (debugging)
+    compile_timeout: int = 900    # LAZYMLIR_COMPILE_TIMEOUT: seconds before a compile is abandoned
 
 
 _ENV = {
@@ -42,6 +43,7 @@ _ENV = {
     "repro_dir": "LAZYMLIR_REPRO_DIR",
     "runtime_lib": "LAZYMLIR_RUNTIME_LIB",
     "compile_worker": "LAZYMLIR_COMPILE_WORKER",
+    "compile_timeout": "LAZYMLIR_COMPILE_TIMEOUT",
 }
 _CHOICES = {"target": _TARGETS, "log_level": _LOG_LEVELS, "fallback": _FALLBACK}
 

@@ -22,9 +22,10 @@ def resolve(requested: str) -> Target:
     if requested == "cpu":
         return CpuTarget()
     if requested in ("auto", "cuda"):
-        problem = unavailable_reason(session.current().settings.runtime_lib)
+        settings = session.current().settings
+        problem = unavailable_reason(settings.runtime_lib)
         if problem is None:
-            return CudaTarget()
+            return CudaTarget(runtime_lib=settings.runtime_lib, chip=settings.cuda_chip)
         if requested == "cuda":
             raise RuntimeError(
                 f"LAZYMLIR_TARGET=cuda but no usable GPU: {problem}. "

@@ -43,6 +43,10 @@ class Target(ABC):
     def download(self, data, meta: torch.Tensor) -> torch.Tensor:
         """A new CPU tensor holding `data` (shape/dtype from `meta`)."""
 
+    def fingerprint(self) -> str:
+        """What compiled artifacts depend on besides the graph (the disk cache keys on it)."""
+        return self.name
+
     def borrow(self, cpu: torch.Tensor):
         """`cpu` as an input buffer for one run (torch.compile path); may share its memory."""
         return self.upload(cpu)

@@ -11,6 +11,8 @@ buffer: it allocates the outputs as CPU tensors.
 from __future__ import annotations
 
 import ctypes
+import hashlib
+import platform
 from functools import cache
 from pathlib import Path
 
@@ -58,8 +60,29 @@ class CpuExecutable(Executable):
         return outputs
 
 
+@cache
+def _host_cpu() -> str:
+    """The host CPU's identity: code is generated for it (-mcpu=native), so a disk
+    cache shared by different machines must not hand one machine's code to another."""
+    lines = []
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith(("model name", "flags", "Features", "CPU part")):
+                    lines.append(line.strip())
+                if len(lines) >= 3:
+                    break
+    except OSError:
+        pass
+    identity = "\n".join([platform.machine(), *lines])
+    return hashlib.sha256(identity.encode()).hexdigest()[:12]
+
+
 class CpuTarget(Target):
     name = "cpu"
+
+    def fingerprint(self) -> str:
+        return f"cpu-{_host_cpu()}"
 
     def upload(self, cpu: torch.Tensor) -> torch.Tensor:
         return cpu.contiguous().clone()

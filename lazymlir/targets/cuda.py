@@ -81,8 +81,13 @@ class CudaTarget(Target):
 
     name = "cuda"
 
-    def __init__(self, rt: CudaRuntime | None = None, runtime_lib: str | None = None):
+    def __init__(self, rt: CudaRuntime | None = None, runtime_lib: str | None = None,
+                 chip: str = "sm_90"):
         self.runtime = rt or runtime(runtime_lib)
+        self.chip = chip
+
+    def fingerprint(self) -> str:
+        return f"cuda-{self.chip}"
 
     def upload(self, cpu: torch.Tensor):
         return self.runtime.copy_in(cpu.contiguous())

@@ -134,6 +134,22 @@ def test_worker_crash_is_an_error_and_the_next_compile_works(monkeypatch):
     worker.close()
 
 
+def test_hung_compile_times_out_and_the_worker_is_replaced(monkeypatch):
+    worker = CompileWorker(timeout=5)
+    monkeypatch.setattr(worker, "module", "hanging_worker")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(HERE), *sys.path]))
+    from lazymlir.execution.compiler import CompileOptions
+
+    payload = {"fx_text": "{}", "key": "k", "options": CompileOptions(target="cpu"),
+               "out_dir": "/nonexistent"}
+    with pytest.raises(lazymlir.CompilerCrashError,
+                       match=r"did not finish in stage 'loops' within 5 s "
+                             r"\(LAZYMLIR_COMPILE_TIMEOUT\)"):
+        worker.request("compile", payload)
+    assert worker._process is None  # killed; the next request starts a new one
+    worker.close()
+
+
 _CRASHERS = """
 import torch, lazymlir, warnings
 from torch import nn
