@@ -55,7 +55,7 @@ def _out_descs(metas) -> list:
     hit = _DESCS.get(id(metas))
     if hit is not None and hit[0] is metas:
         return hit[1]
-    descs = [_meta_desc(m) for m in metas]
+    descs = [None if m is None else _meta_desc(m) for m in metas]
     if len(_DESCS) >= _CACHE_LIMIT:
         _DESCS.clear()
     _DESCS[id(metas)] = (metas, descs)

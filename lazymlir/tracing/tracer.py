@@ -30,7 +30,7 @@ from types import MappingProxyType
 import torch
 
 from .. import session, targets
-from . import failures, fallback
+from . import failures, fallback, rnn
 from . import values as values_module
 from .graph import SCALAR_INPUT_OPS
 from .materialize import to_cpu
@@ -283,6 +283,8 @@ def _recorder(func):
 
 
 def _output(node, index, out):
+    if out is None:
+        return None
     meta, sig, shape, dtype = out
     tensor = _make_wrapper(LazyTensor, shape, dtype=dtype, device=_DEVICE)
     tensor._lazy = LazyValue(meta, node, index, None, sig)
@@ -325,12 +327,16 @@ def _infer(func, args, kwargs):
     out = func(*meta_args, **meta_kwargs)
     if isinstance(out, torch.Tensor):
         outs, kind = [out], None
-    elif isinstance(out, (list, tuple)) and all(isinstance(o, torch.Tensor) for o in out):
+    elif isinstance(out, (list, tuple)) and all(o is None or isinstance(o, torch.Tensor)
+                                                for o in out):
+        # None: an output nobody asked for (an output_mask entry is false, e.g. the
+        # bias gradient of a conv without bias); lowering asks for it anyway.
         outs, kind = out, type(out)
     else:
         raise NotImplementedError(f"{func} returns {type(out).__name__}, not tensors")
-    metas = [meta_like(o.shape, o.dtype) for o in outs]
-    return metas, kind, tuple((m, signature(m.shape, m.dtype), tuple(m.shape), m.dtype)
+    metas = [None if o is None else meta_like(o.shape, o.dtype) for o in outs]
+    return metas, kind, tuple(None if m is None else
+                              (m, signature(m.shape, m.dtype), tuple(m.shape), m.dtype)
                               for m in metas)
 
 
@@ -438,6 +444,30 @@ def _unbind(self, dim=0):
     return [record(aten.select_copy.int, (self, dim, i), {}) for i in range(self.shape[dim])]
 
 
+def _real(self):
+    """real() of a real tensor is the tensor itself (torch-mlir crashes lowering it)."""
+    if self.dtype.is_complex:
+        return record(aten.real.default, (self,), {})
+    return LazyTensor(self._lazy)
+
+
+def _batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps):
+    """native_batch_norm / _native_batch_norm_legit update running_mean/var in place,
+    although functionalization hands them to us as if the op were functional:
+    compute the functional form and rebind the buffers' inner values to the new
+    statistics (as `_inplace` does), so BatchNorm in training mode updates them."""
+    if not training or running_mean is None or running_var is None:
+        return record(aten.native_batch_norm.default, (input, weight, bias, running_mean,
+                                                        running_var, training, momentum, eps), {})
+    out, mean, rstd, new_mean, new_var = aten._native_batch_norm_legit_functional.default(
+        input, weight, bias, running_mean, running_var, training, momentum, eps)
+    if _state.capture_start >= 0:
+        _state.impure += 1  # rebinds tensors from outside a captured decomposition
+    running_mean._lazy = new_mean._lazy
+    running_var._lazy = new_var._lazy
+    return out, mean, rstd
+
+
 def _unsupported_mutation(name):
     def fail(*args, **kwargs):
         raise RuntimeError(
@@ -457,6 +487,10 @@ _SPECIAL = {
     aten.clone.default: _clone,
     aten.unbind_copy.int: _unbind,
     aten._local_scalar_dense.default: _local_scalar_dense,
+    aten.real.default: _real,
+    aten.native_batch_norm.default: _batch_norm,
+    aten._native_batch_norm_legit.default: _batch_norm,
+    **{op: cell for op, cell in rnn.CELLS.items()},
     aten.set_.source_Tensor: _unsupported_mutation("set_"),
     aten.resize_.default: _unsupported_mutation("resize_"),
 }
@@ -638,7 +672,8 @@ def _capture(start: int, inputs: list, out):
         node = nodes[seq]
         steps.append((node.op, tuple(spec(a) for a in node.args),
                       {k: spec(v) for k, v in node.kwargs.items()}, node.out_metas,
-                      [signature(m.shape, m.dtype) for m in node.out_metas]))
+                      [None if m is None else signature(m.shape, m.dtype)
+                       for m in node.out_metas]))
 
     def out_spec(o):
         if type(o) is LazyTensor:
@@ -675,7 +710,7 @@ def _replay(template, values: list):
                     {k: _resolve(v, values) for k, v in kwargs.items()} if kwargs else {},
                     metas)
         for k, meta in enumerate(metas):
-            values.append(LazyValue(meta, node, k, None, sigs[k]))
+            values.append(None if meta is None else LazyValue(meta, node, k, None, sigs[k]))
     return _rebuild(out, values)
 
 
@@ -699,6 +734,10 @@ def _inplace(func, args, kwargs):
     return self
 
 
+# base op -> (its positional argument count, the keyword its scalar goes to)
+_FOREACH_KEYWORD = {"addcmul": (3, "value"), "addcdiv": (3, "value")}
+
+
 def _foreach(func, args, kwargs):
     """`_foreach_op(lists...)` -> one `op` per element (optimizers use these)."""
     base = func._schema.name.removeprefix("aten::_foreach_")
@@ -706,8 +745,17 @@ def _foreach(func, args, kwargs):
     lists = [a for a in args if isinstance(a, (list, tuple))]
     count = len(lists[0])
     results = []
+    keyword = _FOREACH_KEYWORD.get(base)
     for i in range(count):
         element_args = [a[i] if isinstance(a, (list, tuple)) else a for a in args]
-        results.append(packet(*element_args, **kwargs))
+        element_kwargs = kwargs
+        if keyword is not None and len(element_args) > keyword[0]:
+            # e.g. _foreach_addcmul_(self, t1, t2, value): addcmul takes `value`
+            # by keyword only; a `.Tensor` overload passes the scalars as a tensor.
+            scalar = element_args.pop()
+            if isinstance(scalar, torch.Tensor):
+                scalar = scalar[i].item() if scalar.dim() else scalar.item()
+            element_kwargs = {**kwargs, keyword[1]: scalar}
+        results.append(packet(*element_args, **element_kwargs))
     returns = func._schema.returns
     return results if returns else None
