@@ -45,6 +45,9 @@ class Row:
     first_s: float
     flops: float = 0.0            # per run, for GFLOP/s columns (0: not a FLOP benchmark)
     inductor_ms: float | None = None
+    inductor_first_s: float | None = None
+    dynamo_ms: float | None = None     # torch.compile(backend="lazymlir")
+    dynamo_first_s: float | None = None
     max_abs_err: float = 0.0
     fallbacks: int = 0            # ops that ran eagerly instead of compiled (must be 0)
     extra: dict = field(default_factory=dict)
@@ -101,14 +104,24 @@ def _paired_timing(eager_fn: Callable[[], object], lazy_fn: Callable[[], object]
     return ms[0], first, ms[1], ms[2], out
 
 
-def _inductor_ms(fn, args, reps: int) -> float | None:
+def _compiled_ms(fn, args, reps: int, backend: str) -> tuple[float | None, float | None]:
+    """(steady-state median ms, first call s) of torch.compile(fn, backend=...)."""
     try:
-        compiled = torch.compile(fn)
+        torch._dynamo.reset()
+        compiled = torch.compile(fn, backend=backend, dynamic=False)
+        began = time.perf_counter()
         compiled(*args)
-        return _median_ms(lambda: compiled(*args), reps)
+        first = time.perf_counter() - began
+        return _median_ms(lambda: compiled(*args), reps), first
     except Exception as error:  # optional column: report, do not fail the run
-        print(f"  torch.compile failed: {type(error).__name__}: {str(error)[:200]}")
-        return None
+        print(f"  torch.compile({backend}) failed: {type(error).__name__}: {str(error)[:200]}")
+        return None, None
+
+
+def _compile_columns(row: Row, fn, args, reps: int, inductor: bool) -> None:
+    row.dynamo_ms, row.dynamo_first_s = _compiled_ms(fn, args, reps, "lazymlir")
+    if inductor:
+        row.inductor_ms, row.inductor_first_s = _compiled_ms(fn, args, reps, "inductor")
 
 
 def _function_bench(name: str, fn, args: list[torch.Tensor], reps: int, inductor: bool,
@@ -121,8 +134,7 @@ def _function_bench(name: str, fn, args: list[torch.Tensor], reps: int, inductor
     err = (out - expected).abs().max().item()
     row = Row(name, eager, lazy, code, first, flops=flops, max_abs_err=err,
               fallbacks=_fallbacks() - before)
-    if inductor:
-        row.inductor_ms = _inductor_ms(fn, args, reps)
+    _compile_columns(row, fn, args, reps, inductor)
     return row
 
 
@@ -181,11 +193,10 @@ def _mlp_bench(reps: int, inductor: bool) -> Row:
               for pe, pl in zip(eager_model.parameters(), lazy_model.parameters()))
     row = Row("mlp train step 64x256-512-256 SGD", eager, lazy, code, first, max_abs_err=err,
               fallbacks=fallbacks)
-    if inductor:
-        ind_model = _mlp()
-        ind_opt = torch.optim.SGD(ind_model.parameters(), lr=0.01)
-        row.inductor_ms = _inductor_ms(
-            lambda: _train_step(ind_model, ind_opt, x, y), [], reps)
+    compiled_model = _mlp()
+    compiled_opt = torch.optim.SGD(compiled_model.parameters(), lr=0.01)
+    _compile_columns(row, lambda: _train_step(compiled_model, compiled_opt, x, y), [], reps,
+                     inductor)
     return row
 
 
@@ -215,15 +226,18 @@ def run(reps: int, inductor: bool, sizes: list[int], only: str = "") -> list[Row
 
 
 HEADER = (f"{'workload':<36} {'eager ms':>9} {'lazy ms':>9} {'code ms':>9} {'lazy/eager':>10} "
-          f"{'first s':>8} {'GFLOP/s e|l':>14} {'inductor ms':>11} {'max err':>9} {'fallbk':>6}")
+          f"{'first s':>8} {'GFLOP/s e|l':>14} {'compile:lazymlir ms':>19} {'inductor ms':>11} "
+          f"{'max err':>9} {'fallbk':>6}")
 
 
 def _format_row(r: Row) -> str:
     gf = (f"{r.flops / r.eager_ms / 1e6:6.1f}|{r.flops / r.lazy_ms / 1e6:<6.1f}"
           if r.flops else "")
     ind = f"{r.inductor_ms:.3f}" if r.inductor_ms is not None else "-"
+    dyn = f"{r.dynamo_ms:.3f}" if r.dynamo_ms is not None else "-"
     return (f"{r.name:<36} {r.eager_ms:9.3f} {r.lazy_ms:9.3f} {r.code_ms:9.3f} {r.ratio:10.2f} "
-            f"{r.first_s:8.2f} {gf:>14} {ind:>11} {r.max_abs_err:9.2e} {r.fallbacks:6d}")
+            f"{r.first_s:8.2f} {gf:>14} {dyn:>19} {ind:>11} {r.max_abs_err:9.2e} "
+            f"{r.fallbacks:6d}")
 
 
 def _markdown(rows: list[Row], meta: dict) -> str:
@@ -234,15 +248,22 @@ def _markdown(rows: list[Row], meta: dict) -> str:
              f"{meta['loadavg_after'][0]:.1f}; compile worker start {meta['worker_start_s']:.2f} s "
              "(not in `first run s`). `fallbacks`: ops run eagerly instead (0 = all compiled).", "",
              "| workload | eager ms | lazy ms | code ms | lazy/eager | first run s | "
-             "GFLOP/s eager | GFLOP/s lazy | inductor ms | max abs err | fallbacks |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "GFLOP/s eager | GFLOP/s lazy | compile(lazymlir) ms | compile(lazymlir)/eager | "
+             "compile(lazymlir) first s | inductor ms | inductor first s | max abs err | "
+             "fallbacks |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+             "| ---: | ---: | ---: |"]
     for r in rows:
         gf_e = f"{r.flops / r.eager_ms / 1e6:.1f}" if r.flops else ""
         gf_l = f"{r.flops / r.lazy_ms / 1e6:.1f}" if r.flops else ""
-        ind = f"{r.inductor_ms:.3f}" if r.inductor_ms is not None else "-"
+        def opt(value, fmt):
+            return format(value, fmt) if value is not None else "-"
+        dyn_ratio = r.dynamo_ms / r.eager_ms if r.dynamo_ms is not None else None
         lines.append(f"| {r.name} | {r.eager_ms:.3f} | {r.lazy_ms:.3f} | {r.code_ms:.3f} | "
-                     f"{r.ratio:.2f} | {r.first_s:.2f} | {gf_e} | {gf_l} | {ind} | "
-                     f"{r.max_abs_err:.2e} | {r.fallbacks} |")
+                     f"{r.ratio:.2f} | {r.first_s:.2f} | {gf_e} | {gf_l} | "
+                     f"{opt(r.dynamo_ms, '.3f')} | {opt(dyn_ratio, '.2f')} | "
+                     f"{opt(r.dynamo_first_s, '.2f')} | {opt(r.inductor_ms, '.3f')} | "
+                     f"{opt(r.inductor_first_s, '.2f')} | {r.max_abs_err:.2e} | {r.fallbacks} |")
     return "\n".join(lines) + "\n"
 
 
@@ -305,6 +326,7 @@ def main(argv=None) -> int:
     os.environ["LAZYMLIR_CACHE_DIR"] = tempfile.mkdtemp(prefix="lazymlir-bench-")
     os.environ.setdefault("LAZYMLIR_TARGET", "cpu")
     import lazymlir
+    import lazymlir.dynamo  # noqa: F401  backend="lazymlir" from a source checkout too
 
     print(f"lazymlir {lazymlir.__version__}, target {lazymlir.target()}, "
           f"torch {torch.__version__}, {torch.get_num_threads()} threads")
