@@ -67,8 +67,9 @@ def _opts(options) -> GpuOptions:
     return GpuOptions(**{k: v for k, v in dict(options).items() if k in known})
 
 
-# Tensor-level prologue the registry runs on linalg-on-tensors before bufferization, so
-# that elementwise/broadcast chains become one generic (hence one kernel).
+# The elementwise fusion the `bufferized` stage starts with (cpu_pipeline.BUFFERIZE_PIPELINE
+# runs it for both targets), so that elementwise/broadcast chains become one generic
+# (hence one kernel); tests/python/gpu_samples.py prepares its samples with it.
 LINALG_FUSION_PIPELINE = (
     "builtin.module(func.func("
     # Fuse producer/consumer elementwise generics (incl. broadcasts) into one generic.
@@ -459,12 +460,6 @@ def _map_host_loops(module: ir.Module, opts: GpuOptions) -> None:
 
 # --------------------------------------------------------------------------------------
 # Public stage functions.
-
-
-def linalg_fusion(module: ir.Module) -> ir.Module:
-    """Tensor-level elementwise fusion (run by the registry before bufferization)."""
-    _run(module, LINALG_FUSION_PIPELINE)
-    return module
 
 
 def to_gpu(module: ir.Module, options=None) -> ir.Module:
