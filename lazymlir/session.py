@@ -1,8 +1,11 @@
 """The session: one owner for the state that lives as long as the process.
 
 Settings, metrics, the active target, the graph cache, probe verdicts (keyed
-by target), the fallback warnings already given, the compile worker and the
-set of live lazy tensors all hang off one `Session`. Layers fill the fields
+by target), the fallback warnings already given and the compile worker all
+hang off one `Session`; the live lazy tensors are tracked per session by
+tracing/values.py (a list of weak references, cheaper on the hot path than a
+field lookup here). Pure memo tables keyed by op (the tracer's routes and
+shape caches) are process-wide: they hold no state a reset should clear. Layers fill the fields
 they own on first use (`execution` the cache and worker, `targets` the
 target); nothing else in the package keeps module-level mutable state.
 `reset()` closes the compile worker and starts a fresh session (the tests use
@@ -15,7 +18,6 @@ import atexit
 import shutil
 import tempfile
 import threading
-import weakref
 from typing import Any
 
 from .support.metrics_store import Metrics
@@ -33,8 +35,6 @@ class Session:
         self.static_scalar_ops: set[str] = set()  # ops whose scalars must stay constants
         self.warned: set[str] = set()         # fallback ops already warned about
         self.dump_dirs: list[str] = []        # stack of lazymlir.dump_to() folders
-        # Inner lazy tensors alive right now: mark_step materializes the pending ones.
-        self.live: weakref.WeakSet = weakref.WeakSet()
         # Tracing is per thread; graph building and execution take this lock.
         self.lock = threading.RLock()
         self.scratch: str | None = None       # compile outputs of this process (removed at exit)
