@@ -40,7 +40,8 @@ def always_eager(func) -> str | None:
     name = func._schema.name
     if name in DATA_DEPENDENT:
         return "its output shape depends on the data"
-    if name in RANDOM:
+    # Functionalization turns normal_ into normal_functional (others keep their names).
+    if name.removesuffix("_functional") in RANDOM:
         return "random ops use the CPU generator (torch.manual_seed)"
     return None
 

@@ -115,3 +115,18 @@ def test_print_and_repr_show_values(capsys):
     w = torch.ones(2, device=DEVICE, requires_grad=True)
     assert repr(w * 3) == "tensor([3., 3.], device='lazy_mlir:0', grad_fn=<MulBackward0>)"
     assert_no_fallback()
+
+
+@pytest.mark.parametrize("factory", ["randn", "rand", "randint"])
+def test_random_factories_follow_manual_seed(factory):
+    """Random ops run on the CPU generator (counted as fallbacks): eager's numbers."""
+    def make(device):
+        torch.manual_seed(0)
+        if factory == "randint":
+            return torch.randint(0, 100, (4, 3), device=device)
+        return getattr(torch, factory)(4, 3, device=device)
+
+    expected = make("cpu")
+    torch.testing.assert_close(make(DEVICE).cpu(), expected)
+    torch.testing.assert_close(make(DEVICE).cpu(), expected)
+    assert lazymlir.metrics.counter("FallbackOps") >= 2
