@@ -8,9 +8,26 @@ for ops that could have been compiled: the compile error surfaces instead.
 
 from __future__ import annotations
 
+import os
+import sys
 import warnings
 
-from .. import session
+import torch
+
+from .. import lowering, session
+
+# Frames inside these packages are not the user's: a warning points past them
+# (lowering/ sits beside lazymlir/ in a source checkout).
+_INTERNAL = tuple(os.path.dirname(m.__file__) + os.sep
+                  for m in (sys.modules[__name__.rsplit(".", 2)[0]], lowering, torch))
+
+
+def _user_stacklevel() -> int:
+    """The `stacklevel` that makes a warning name the user's line, not ours or torch's."""
+    frame, level = sys._getframe(2), 2
+    while frame is not None and frame.f_code.co_filename.startswith(_INTERNAL):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def allowed() -> bool:
@@ -26,4 +43,4 @@ def count(name: str, reason: str | None = None) -> None:
         current.warned.add(name)
         why = f": {reason.splitlines()[0]}" if reason else ""
         warnings.warn(f"lazymlir: {name} has no lowering here and runs eagerly on CPU "
-                      f"(counted as metrics '{name}'){why}", stacklevel=5)
+                      f"(counted as metrics '{name}'){why}", stacklevel=_user_stacklevel())
