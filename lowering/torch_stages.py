@@ -7,7 +7,7 @@ textual, which was verified to round-trip.
 
 from __future__ import annotations
 
-from . import fx_graph, tmtensor
+from . import fx_graph, numerics, tmtensor
 from .mlir_runner import TORCH_MLIR, print_module, run_pipeline
 
 TORCH_BACKEND_PIPELINE = (
@@ -32,7 +32,8 @@ def import_fx(fx_text: str):
     """fx stage (JSON) -> torch dialect module, through torch-mlir's FxImporter."""
     from torch_mlir.extras.fx_importer import FxImporter
 
-    gm = fx_graph.to_graph_module(fx_graph.loads(fx_text))
+    # Eager's numerics (accumulation types, NaN rules, blocked sums): numerics.py.
+    gm = numerics.apply(fx_graph.to_graph_module(fx_graph.loads(fx_text)))
     importer = FxImporter(context=TORCH_MLIR.context())
     importer.import_stateless_graph(gm.graph, func_name="main")
     # Re-parse so the caller gets a module with the usual text form.
