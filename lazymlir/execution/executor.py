@@ -143,8 +143,8 @@ def _verdict(current, target, graph: dict) -> str | None:
     key = fx_graph.structural_hash(graph, target.name)
     if (target.name, key) in current.verdicts:
         return current.verdicts[(target.name, key)]
-    stored = Path(current.settings.cache_dir, "verdicts", key) \
-        if current.settings.cache_dir else None
+    root = graph_cache.cache_root(current.settings.cache_dir)
+    stored = root / "verdicts" / key if root else None
     if stored is not None and stored.exists():
         verdict = stored.read_text() or None
     else:

