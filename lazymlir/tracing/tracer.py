@@ -81,12 +81,7 @@ def _torch_dispatch(cls, func, types, args=(), kwargs=None):
                 return recorder(func, args, kwargs)
             began = _clock()
             out = recorder(func, args, kwargs)
-            spent = state.unflushed + (_clock() - began)
-            if spent < TRACE_TIME_SAMPLE_S:
-                state.unflushed = spent
-            else:
-                state.unflushed = 0.0
-                session.current().metrics.add_time("TraceTime", spent)
+            _count_trace_time(state, began)
             return out
         return _dispatch_route(func, args, kwargs)
     except Exception as error:
@@ -116,12 +111,18 @@ def _dispatch_route(func, args, kwargs):
         return route(func, args, kwargs)
     finally:
         state.depth = 0
-        spent = state.unflushed + (_clock() - began)
-        if spent < TRACE_TIME_SAMPLE_S:
-            state.unflushed = spent
-        else:
-            state.unflushed = 0.0
-            session.current().metrics.add_time("TraceTime", spent)
+        _count_trace_time(state, began)
+
+
+def _count_trace_time(state, began: float) -> None:
+    """Add a top-level op's tracing time; it reaches the metrics in samples of at
+    least TRACE_TIME_SAMPLE_S (a locked update per op would cost more than the op)."""
+    spent = state.unflushed + (_clock() - began)
+    if spent < TRACE_TIME_SAMPLE_S:
+        state.unflushed = spent
+    else:
+        state.unflushed = 0.0
+        session.current().metrics.add_time("TraceTime", spent)
 
 
 def dispatch(func, args, kwargs):

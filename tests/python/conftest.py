@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+
 import pytest
 import torch
 
@@ -100,3 +105,29 @@ def no_fallback():
     """Use in a test to assert, at its end, that nothing fell back to eager."""
     yield
     assert_no_fallback()
+
+
+TINY_SCRIPT = textwrap.dedent("""
+    import sys, warnings, torch, lazymlir
+    warnings.simplefilter("always")
+    x = torch.arange(6, dtype=torch.float32).reshape(2, 3).to("lazy_mlir")
+    print((x * 3 + 1).relu().sum(1).cpu().tolist())
+    c = lazymlir.metrics.counters()
+    print("COUNTERS", c.get("DiskCacheHit", 0), c.get("UncachedCompile", 0))
+    print("TORCH_MLIR", "torch_mlir" in sys.modules)
+""")
+
+
+def run_tiny_script(tmp_path, **env) -> tuple[list[str], str]:
+    """Run a tiny lazy_mlir program in a fresh process with only the given LAZYMLIR_*
+    settings (cpu target); returns its stdout lines after checking the result, and stderr."""
+    script = tmp_path / "tiny.py"
+    script.write_text(TINY_SCRIPT)
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("LAZYMLIR_")}
+    full_env.update(LAZYMLIR_TARGET="cpu", **env)
+    done = subprocess.run([sys.executable, str(script)], env=full_env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[0] == "[12.0, 39.0]", lines
+    return lines, done.stderr

@@ -6,31 +6,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
-
-_SCRIPT = textwrap.dedent("""
-    import torch, lazymlir, warnings
-    warnings.simplefilter("always")
-    x = torch.arange(6, dtype=torch.float32).reshape(2, 3).to("lazy_mlir")
-    print((x * 3 + 1).relu().sum(1).cpu().tolist())
-    c = lazymlir.metrics.counters()
-    print("COUNTERS", c.get("DiskCacheHit", 0), c.get("UncachedCompile", 0))
-""")
+from conftest import TINY_SCRIPT, run_tiny_script
 
 
 def _run(tmp_path, **env):
-    script = tmp_path / "tiny.py"
-    script.write_text(_SCRIPT)
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("LAZYMLIR_")}
-    full_env.update(LAZYMLIR_TARGET="cpu", **env)
-    done = subprocess.run([sys.executable, str(script)], env=full_env, capture_output=True,
-                          text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    lines = done.stdout.splitlines()
-    assert lines[0] == "[12.0, 39.0]", lines
-    return lines[1], done.stderr
+    lines, stderr = run_tiny_script(tmp_path, **env)
+    return lines[1], stderr
 
 
 def _version_dir(cache: Path) -> Path:
@@ -79,7 +62,7 @@ def test_unwritable_cache_and_dump_dirs_warn_and_keep_the_result(tmp_path):
 def test_two_processes_share_one_cache_dir(tmp_path):
     cache = tmp_path / "cache"
     script = tmp_path / "tiny.py"
-    script.write_text(_SCRIPT)
+    script.write_text(TINY_SCRIPT)
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAZYMLIR_")}
     env.update(LAZYMLIR_TARGET="cpu", LAZYMLIR_CACHE_DIR=str(cache))
     procs = [subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE,

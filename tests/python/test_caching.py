@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import DEVICE, assert_no_fallback
+from conftest import DEVICE, assert_no_fallback, run_tiny_script
 
 import lazymlir
 from lazymlir import metrics
@@ -63,28 +59,8 @@ def test_different_shapes_compile_again():
     assert_no_fallback()
 
 
-_SCRIPT = textwrap.dedent("""
-    import sys, torch, lazymlir
-    x = torch.arange(6, dtype=torch.float32).reshape(2, 3).to("lazy_mlir")
-    y = (x * 3 + 1).relu().sum(1)
-    print(y.cpu().tolist())
-    c = lazymlir.metrics.counters()
-    print("COUNTERS", c.get("DiskCacheHit", 0), c.get("UncachedCompile", 0))
-    print("TORCH_MLIR", "torch_mlir" in sys.modules)
-""")
-
-
 def _run_script(tmp_path, **env):
-    script = tmp_path / "tiny.py"
-    script.write_text(_SCRIPT)
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("LAZYMLIR_")}
-    full_env.update(LAZYMLIR_TARGET="cpu", **env)
-    out = subprocess.run([sys.executable, str(script)], env=full_env, capture_output=True,
-                         text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    lines = out.stdout.splitlines()
-    assert lines[0] == "[12.0, 39.0]", lines
-    return lines
+    return run_tiny_script(tmp_path, **env)[0]
 
 
 def test_graph_hash_stable_across_processes(tmp_path):
