@@ -205,15 +205,19 @@ def _unmask_outputs(op, args: tuple, kwargs: dict):
     else:
         args = (*args[:index], [True] * len(args[index]), *args[index + 1:])
 
-    def val(x):
-        if isinstance(x, torch.fx.Node):
-            return x.meta["val"]
-        if isinstance(x, (list, tuple)):
-            return type(x)(val(v) for v in x)
-        return x
-
-    outs = op(*val(args), **{k: val(v) for k, v in kwargs.items()})
+    outs = op(*meta_values(args), **meta_values(kwargs))
     return args, kwargs, list(outs)
+
+
+def meta_values(x):
+    """`x` with every fx.Node replaced by its `meta["val"]` (fake tensor), recursively."""
+    if isinstance(x, torch.fx.Node):
+        return x.meta["val"]
+    if isinstance(x, (list, tuple)):
+        return type(x)(meta_values(v) for v in x)
+    if isinstance(x, dict):
+        return {k: meta_values(v) for k, v in x.items()}
+    return x
 
 
 def _returns_list(op: torch._ops.OpOverload) -> bool:

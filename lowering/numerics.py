@@ -30,6 +30,8 @@ import operator
 import torch
 import torch.fx
 
+from .fx_graph import meta_values
+
 aten = torch.ops.aten
 
 HALF_TYPES = (torch.float16, torch.bfloat16)
@@ -51,18 +53,8 @@ class _Builder:
             node = self.graph.call_function(op, args, kwargs)
         self.created.add(node)
         with self.mode:
-            node.meta["val"] = op(*_vals(args), **_vals(kwargs))
+            node.meta["val"] = op(*meta_values(args), **meta_values(kwargs))
         return node
-
-
-def _vals(x):
-    if isinstance(x, torch.fx.Node):
-        return x.meta["val"]
-    if isinstance(x, (list, tuple)):
-        return type(x)(_vals(v) for v in x)
-    if isinstance(x, dict):
-        return {k: _vals(v) for k, v in x.items()}
-    return x
 
 
 def _val(x):
