@@ -178,12 +178,13 @@ def _blamed(error: CompileError, node: dict) -> bool:
 
 def _partition(current, target, graph: dict, error: CompileError):
     nodes = graph["nodes"]
-    order = sorted(range(len(nodes)), key=lambda i: not _blamed(error, nodes[i]))
-    blamed = [i for i in order if _blamed(error, nodes[i])]
+    named = [_blamed(error, node) for node in nodes]
+    blamed = [i for i, hit in enumerate(named) if hit]
+    others = [i for i, hit in enumerate(named) if not hit]
     reasons: dict[int, str] = {}
     # The op the error names is probed first; if it alone fails, the rest are
     # not probed (a later segment compile would partition again if needed).
-    for group in ([i for i in order if i in blamed], [i for i in order if i not in blamed]):
+    for group in (blamed, others):
         for i in group:
             verdict = _verdict(current, target, single_node_graph(graph, i))
             if verdict is not None:
