@@ -117,10 +117,21 @@ def _compile(gm: torch.fx.GraphModule, example_inputs):
     return run
 
 
+def _fma(a, b, c):
+    return a * b + c
+
+
 def _decompositions():
+    from torch._inductor import inductor_prims
     from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 
-    return get_decomposition_table()
+    table = dict(get_decomposition_table())
+    # Dynamo itself rewrites `addcmul_(..., value=)` (every Adam/AdamW/RMSprop step) into
+    # inductor's `prims.fma` (torch._dynamo.config.enable_dynamo_decompositions), an op
+    # only inductor lowers and only `torch._inductor` registers. Eager's addcmul rounds
+    # the product, so a*b+c is what eager computes.
+    table[inductor_prims.fma] = _fma   # make_prim returns the OpOverload itself
+    return table
 
 
 def lazymlir_backend(gm: torch.fx.GraphModule, example_inputs):

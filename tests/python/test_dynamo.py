@@ -11,6 +11,7 @@ import textwrap
 import pytest
 import torch
 from conftest import assert_no_fallback
+from model_zoo import CASES, run_case
 from torch import nn
 
 import lazymlir
@@ -168,3 +169,11 @@ def test_second_process_hits_the_disk_cache(tmp_path):
 def test_dynamic_shapes_get_a_clear_error():
     with pytest.raises(Exception, match="static shapes only"):
         torch.compile(lambda x: x * 2, backend="lazymlir", dynamic=True)(torch.ones(3))
+
+
+@pytest.mark.parametrize("model_name,opt_name", CASES, ids=[f"{m}-{o}" for m, o in CASES])
+def test_model_zoo_training_compiled(model_name, opt_name):
+    """The lazy device's model tests through torch.compile(backend="lazymlir"): the model
+    and the optimizer step compiled, eager's numbers, no fallback, no compile after the
+    warm-up steps."""
+    run_case(model_name, opt_name, "compiled")
