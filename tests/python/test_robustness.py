@@ -132,3 +132,64 @@ def test_checks_can_be_turned_off():
         assert_same(x.to(DEVICE)[i.to(DEVICE)].cpu(), x[i])
     finally:
         config.settings().bounds_checks = saved
+
+
+# ---------------------------------------------------------------- device rules (part 4)
+
+def test_mixing_a_cpu_tensor_raises_the_same_device_error():
+    x = torch.ones(3, 4).to(DEVICE)
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        x + torch.ones(3, 4)  # on c437398 this silently uploaded the CPU tensor
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        torch.matmul(x, torch.ones(4, 2))
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        x.index_select(0, torch.tensor([0, 2]))  # as eager CUDA: index_select takes no CPU index
+
+
+def test_zero_dim_cpu_tensors_and_cpu_indices_mix_as_in_eager_cuda():
+    base = torch.arange(12.).reshape(3, 4)
+    x = base.to(DEVICE)
+    assert_same((x * torch.tensor(2.)).cpu(), base * 2)
+    assert_same(x[torch.tensor([2, 0])].cpu(), base[torch.tensor([2, 0])])
+    y, expected = x.clone(), base.clone()
+    y[torch.tensor([1])] = 5.0
+    expected[torch.tensor([1])] = 5.0
+    assert_same(y.cpu(), expected)
+    assert_no_fallback()
+
+
+def test_bool_plus_true_is_logical_or():
+    b = torch.tensor([True, False])
+    # gave [False, True]: i1 addition wrapped
+    assert_same((b.to(DEVICE) + True).cpu(), b + True)
+    assert_same((b.to(DEVICE) + b.to(DEVICE)).cpu(), b + b)
+    assert_no_fallback()
+
+
+def test_save_and_load_with_map_location(tmp_path):
+    x = torch.randn(3, 4)
+    path = tmp_path / "t.pt"
+    torch.save({"w": x.to(DEVICE) * 2, "plain": [x]}, path)  # "invalid python storage" before
+    loaded = torch.load(path, map_location=DEVICE)
+    assert loaded["w"].device.type == DEVICE and loaded["plain"][0].device.type == DEVICE
+    assert_same(loaded["w"].cpu(), x * 2)
+    assert_same(torch.load(path, map_location="cpu")["plain"][0], x)
+    model = torch.nn.Linear(4, 2)
+    torch.save(model.to(DEVICE).state_dict(), path)
+    state = torch.load(path, map_location=DEVICE)
+    assert_same(state["weight"].cpu(), model.weight.detach().cpu())
+
+
+@pytest.mark.parametrize("make, what", [
+    (lambda: torch.eye(3).to_sparse(), "sparse_coo"),
+    (lambda: torch.ones(3, dtype=torch.float8_e4m3fn), "float8_e4m3fn"),
+    (lambda: torch.quantize_per_tensor(torch.ones(3), 0.1, 0, torch.qint8), "qint8"),
+])
+def test_unsupported_layouts_and_dtypes_are_refused_by_name(make, what):
+    with pytest.raises(TypeError, match=f"lazy_mlir does not support .*{what}"):
+        make().to(DEVICE)
+
+
+def test_float8_conversion_on_the_device_is_refused():
+    with pytest.raises(TypeError, match=r"float8_e5m2 \(aten._to_copy"):
+        torch.ones(3, device=DEVICE).to(torch.float8_e5m2)
