@@ -29,7 +29,7 @@ import torch
 from .. import session, targets
 from ..lowering import checks, fx_graph
 from ..support.errors import CompileError
-from . import fallback, graph_cache
+from . import diagnostics, fallback, graph_cache
 from .compiler import CompileOptions, compile_graph, probe
 from .worker import CompileWorker
 
@@ -65,7 +65,15 @@ def _plan(current, target, graph: dict, key: str):
     if plan is not None:
         current.metrics.inc("CachedCompile")
         return plan
+    compiles = current.metrics.counter("UncachedCompile")
     plan = _make_plan(current, target, graph, key)
+    note = None
+    if isinstance(plan, Partitioned):  # its compiled segments are logged as they compile
+        note = (f"does not lower as a whole: split around "
+                f"{sorted({_op_name(graph['nodes'][i]) for i in plan.eager})}")
+    diagnostics.on_compile(current, graph, key, target.name, _sync_location,
+                           from_disk=current.metrics.counter("UncachedCompile") == compiles,
+                           note=note)
     cache.put(key, plan)
     return plan
 
