@@ -28,7 +28,7 @@ from collections import OrderedDict, deque
 log = logging.getLogger("lazymlir.debug")
 
 WINDOW = 10          # mark_steps looked back over
-STEADY_AFTER = 3     # compiles in this many of the last WINDOW steps -> a warning
+STEADY_AFTER = 5     # compiles in this many of the last WINDOW steps -> a warning
 _HISTORY_LIMIT = 256  # op sequences remembered for the "nearest graph"
 
 
