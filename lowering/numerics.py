@@ -21,6 +21,7 @@ cannot be told apart from a deliberate select).
   lost ~2e-5 relative over 50M elements; eager's cascade sum is ~1e-8.
 - NaN propagates through maximum/minimum/clamp as in eager, and argmax/argmin/
   max.dim/min.dim return the index of the first NaN.
+- bool + bool is a logical or (torch-mlir added a bool tensor and `True` as i1).
 """
 
 from __future__ import annotations
@@ -315,7 +316,22 @@ def _first_nan_index(b: _Builder, node: torch.fx.Node):
     return None
 
 
-REWRITES = (_half_accumulation, _widen_bytes, _blocked, _layer_norm, _nan_minmax, _first_nan_index)
+def _bool_add(b: _Builder, node: torch.fx.Node):
+    """bool + bool is logical or in eager (True + True is True); torch-mlir adds a bool
+    tensor and a Python bool as i1 integers, so `bool_tensor + True` wrapped to False."""
+    if node.target not in (aten.add.Tensor, aten.add.Scalar) or not _is_tensor(node, torch.bool):
+        return None
+    x, y = node.args[:2]
+    if isinstance(y, torch.fx.Node):
+        return b(aten.logical_or.default, x, y)
+    if not y:
+        return x
+    # all True; not ones_like, which becomes a bool literal torch-mlir mistypes as si8
+    return b(aten.logical_or.default, x, b(aten.logical_not.default, x))
+
+
+REWRITES = (_half_accumulation, _widen_bytes, _blocked, _layer_norm, _nan_minmax, _first_nan_index,
+            _bool_add)
 
 
 def apply(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:

@@ -30,6 +30,8 @@ class Settings:
     runtime_lib: str | None = None  # LAZYMLIR_RUNTIME_LIB: the CUDA runtime .so (or its folder)
     compile_worker: bool = True   # LAZYMLIR_COMPILE_WORKER: 0 compiles in-process (debugging)
     compile_timeout: int = 900    # LAZYMLIR_COMPILE_TIMEOUT: seconds before a compile is abandoned
+    bounds_checks: bool = True    # LAZYMLIR_BOUNDS_CHECKS: 0 drops the index/zero-divisor checks
+    debug: bool = False           # LAZYMLIR_DEBUG: log each compile's cause and each fallback
 
 
 _ENV = {
@@ -44,6 +46,8 @@ _ENV = {
     "runtime_lib": "LAZYMLIR_RUNTIME_LIB",
     "compile_worker": "LAZYMLIR_COMPILE_WORKER",
     "compile_timeout": "LAZYMLIR_COMPILE_TIMEOUT",
+    "bounds_checks": "LAZYMLIR_BOUNDS_CHECKS",
+    "debug": "LAZYMLIR_DEBUG",
 }
 _CHOICES = {"target": _TARGETS, "log_level": _LOG_LEVELS, "fallback": _FALLBACK}
 

@@ -30,7 +30,7 @@ from types import MappingProxyType
 import torch
 
 from .. import session, targets
-from . import failures, fallback, rnn
+from . import device_rules, failures, fallback, rnn
 from . import values as values_module
 from .graph import SCALAR_INPUT_OPS
 from .materialize import to_cpu
@@ -193,7 +193,8 @@ def _recorder(func):
     builds the node's arguments.
     """
     op = _view_for_copy(func)
-    lift = func._schema.name in SCALAR_INPUT_OPS
+    name = func._schema.name
+    lift = name in SCALAR_INPUT_OPS
     shapes: dict = {}
 
     def record_op(func, args, kwargs):
@@ -246,13 +247,13 @@ def _recorder(func):
                 key.append(a)
                 node_args.append(a)
             else:
-                node_args.append(_encode(a, lift, key))
+                node_args.append(_encode(a, lift, key, name))
         node_kwargs = {}
         if kwargs:
             key.append(_KWARGS)
             for k, a in kwargs.items():
                 key.append(k)
-                node_kwargs[k] = _encode(a, lift, key)
+                node_kwargs[k] = _encode(a, lift, key, name)
         try:
             # One element: a single tensor's signature (or `float`), as the fast path.
             key = key[0] if len(key) == 1 else tuple(key)
@@ -293,7 +294,7 @@ def _output(node, index, out):
     return tensor
 
 
-def _encode(x, lift: bool, key: list):
+def _encode(x, lift: bool, key: list, op_name: str | None = None):
     """Append `x`'s shape-cache key to `key`; returns `x` as a node argument."""
     t = type(x)
     if t is LazyTensor:
@@ -306,9 +307,11 @@ def _encode(x, lift: bool, key: list):
     if t is list or t is tuple:
         key.append(t)
         key.append(len(x))
-        return t([_encode(v, lift, key) for v in x])
+        return t([_encode(v, lift, key, op_name) for v in x])
     if isinstance(x, torch.Tensor):
-        # A CPU tensor mixed into a lazy op (e.g. a 0-d scalar tensor) becomes a graph input.
+        # A CPU tensor mixed into a lazy op (a 0-d scalar tensor, CPU indices) becomes a
+        # graph input; any other raises eager's same-device error.
+        device_rules.check_host_tensor(x, op_name)
         key.append(_HOST)
         key.append(signature(x.shape, x.dtype))
         return constant(x)._lazy
@@ -335,6 +338,9 @@ def _infer(func, args, kwargs):
         outs, kind = out, type(out)
     else:
         raise NotImplementedError(f"{func} returns {type(out).__name__}, not tensors")
+    for o in outs:
+        if o is not None:
+            device_rules.check_supported(o.dtype, o.layout, str(func))
     metas = [None if o is None else meta_like(o.shape, o.dtype) for o in outs]
     return metas, kind, tuple(None if m is None else
                               (m, signature(m.shape, m.dtype), tuple(m.shape), m.dtype)
@@ -376,6 +382,7 @@ def _to_meta(x):
 def constant(cpu: torch.Tensor) -> LazyTensor:
     """A materialized lazy value holding a copy of `cpu`."""
     _state.impure += 1
+    device_rules.check_supported(cpu.dtype, cpu.layout, "copy to lazy_mlir")
     cpu = cpu.detach().to("cpu").contiguous()
     return LazyTensor(LazyValue(meta_like(cpu.shape, cpu.dtype),
                                 data=targets.active().upload(cpu)))
