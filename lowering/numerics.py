@@ -89,9 +89,9 @@ def _cast(b: _Builder, x: torch.fx.Node, dtype: torch.dtype) -> torch.fx.Node:
 
 def _reduced_dims(x: torch.fx.Node, dims) -> list[int]:
     rank = _val(x).dim()
-    if dims is None or len(dims) == 0:
-        return list(range(rank))
-    return sorted(d % rank if rank else 0 for d in dims)
+    if dims is None or len(dims) == 0 or rank == 0:
+        return list(range(rank))  # a 0-d tensor reduced over dim 0 or -1: nothing to block
+    return sorted(d % rank for d in dims)
 
 
 # -- half-precision reductions -------------------------------------------------

@@ -1,0 +1,47 @@
+"""Regression tests for op bugs the OpInfo sweep (test_opinfo.py) found."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import DEVICE, assert_no_fallback, compare_factory, compare_with_eager
+
+
+@pytest.mark.parametrize("dim", [0, -1])
+def test_sum_and_mean_of_a_0d_tensor_over_dim_0(dim):
+    # numerics' blocked sums indexed the shape of a 0-d tensor with its dim.
+    x = torch.tensor(2.5)
+    compare_with_eager(lambda t: (t.sum(dim), t.sum(dim, keepdim=True), t.mean(dim)), x)
+    assert_no_fallback()
+
+
+@pytest.mark.parametrize("size", [(3,), (0,), (2, 4), (3, 0)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool])
+def test_eye(size, dtype):
+    # eye(n, device=lazy_mlir) reached the tracer as empty + eye.m_out with a
+    # (0,)-shaped out: the result kept that shape.
+    compare_factory(lambda device: torch.eye(*size, dtype=dtype, device=device))
+    assert_no_fallback()
+
+
+def test_worker_messages_over_a_raw_pipe():
+    # The compile worker's stdout was a buffered reader: a "stage" and the "ok"
+    # that followed could arrive in one read, the "ok" stayed in the buffer and
+    # select() on the pipe waited for LAZYMLIR_COMPILE_TIMEOUT. The pipe is raw
+    # now; messages must survive partial reads and writes on it.
+    import os
+    import threading
+
+    from lazymlir.execution.worker import _wait_readable, read_message, write_message
+
+    r, w = os.pipe()
+    with os.fdopen(r, "rb", buffering=0) as reader, os.fdopen(w, "wb", buffering=0) as writer:
+        big = ("ok", b"x" * (1 << 20))  # larger than a pipe's buffer
+        sender = threading.Thread(target=lambda: (write_message(writer, ("stage", "linalg")),
+                                                  write_message(writer, big)))
+        sender.start()
+        assert read_message(reader) == ("stage", "linalg")
+        import time
+        assert _wait_readable(reader, time.monotonic() + 30)
+        assert read_message(reader) == big
+        sender.join()
