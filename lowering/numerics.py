@@ -21,6 +21,8 @@ cannot be told apart from a deliberate select).
   lost ~2e-5 relative over 50M elements; eager's cascade sum is ~1e-8.
 - NaN propagates through maximum/minimum/clamp as in eager, and argmax/argmin/
   max.dim/min.dim return the index of the first NaN.
+- Clamps (by tensors) and sorts of bools run on int32: torch-mlir orders i1
+  as signed, True below False.
 """
 
 from __future__ import annotations
@@ -315,7 +317,39 @@ def _first_nan_index(b: _Builder, node: torch.fx.Node):
     return None
 
 
-REWRITES = (_half_accumulation, _widen_bytes, _blocked, _layer_norm, _nan_minmax, _first_nan_index)
+# -- bool order ------------------------------------------------------------------
+
+_BOOL_CLAMPS = {aten.clamp_min.Tensor, aten.clamp_max.Tensor, aten.clamp.Tensor}
+_SORTS = {aten.sort.default, aten.sort.stable}
+
+
+def _bool_order(b: _Builder, node: torch.fx.Node):
+    """torch-mlir orders i1 as signed (True is -1, below False): clamps and sorts
+    of bools are computed on int32 (False < True, as eager) and cast back."""
+    if node.target in _BOOL_CLAMPS:
+        if not _is_tensor(node.args[0], torch.bool) or _val(node).dtype != torch.bool:
+            return None
+        args = tuple(_cast(b, a, torch.int32) if _is_tensor(a, torch.bool) else a
+                     for a in node.args)
+        return _cast(b, b(node.target, *args, **node.kwargs), torch.bool)
+    if node.target in _SORTS and _is_tensor(node.args[0], torch.bool):
+        users = list(node.users)
+        if not users or not all(u.target is operator.getitem for u in users):
+            return None
+        b = _Builder(b.graph, max(users, key=_position).next, b.mode, b.created)
+        wide = b(node.target, _cast(b, node.args[0], torch.int32), *node.args[1:],
+                 **node.kwargs)
+        for user in users:
+            item = b(operator.getitem, wide, user.args[1])
+            _replace(user, _cast(b, item, torch.bool) if user.args[1] == 0 else item,
+                     b.created)
+        if not node.users:
+            node.graph.erase_node(node)
+    return None
+
+
+REWRITES = (_half_accumulation, _widen_bytes, _blocked, _layer_norm, _nan_minmax, _first_nan_index,
+            _bool_order)
 
 
 def apply(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:

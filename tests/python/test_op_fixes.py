@@ -45,3 +45,15 @@ def test_worker_messages_over_a_raw_pipe():
         assert _wait_readable(reader, time.monotonic() + 30)
         assert read_message(reader) == big
         sender.join()
+
+
+def test_bool_clamp_and_sort_order_false_below_true():
+    # torch-mlir compared i1 as signed (True = -1 < False): clamp_max gave the max.
+    a = torch.tensor([True, True, False, False, True])
+    b = torch.tensor([True, False, True, False, False])
+    compare_with_eager(lambda x, y: (torch.clamp_max(x, y), torch.clamp_min(x, y),
+                                     torch.clamp(x, min=y), torch.clamp_max(x.view(5, 1), y)),
+                       a, b)
+    compare_with_eager(lambda x: (x.sort().values, x.sort(descending=True).values,
+                                  x.view(1, 5).sort(dim=1).values), a)
+    assert_no_fallback()
