@@ -57,3 +57,23 @@ def test_bool_clamp_and_sort_order_false_below_true():
     compare_with_eager(lambda x: (x.sort().values, x.sort(descending=True).values,
                                   x.view(1, 5).sort(dim=1).values), a)
     assert_no_fallback()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_batch_norm_eval_returns_empty_statistics(dtype):
+    # Eager CPU returns (0,)-shaped save_mean/save_invstd in eval mode; lazy
+    # returned per-channel ones.
+    x = torch.randn(2, 3, 4).to(dtype)
+    w, b = torch.rand(3).to(dtype), torch.rand(3).to(dtype)
+    rm, rv = torch.rand(3).to(dtype), torch.rand(3).to(dtype) + 0.5
+
+    def f(x, w, b, rm, rv):
+        return (torch.native_batch_norm(x, w, b, rm, rv, False, 0.1, 1e-5),
+                torch.ops.aten._native_batch_norm_legit(x, w, b, rm, rv, False, 0.1, 1e-5))
+    if dtype == torch.float32:
+        compare_with_eager(f, x, w, b, rm, rv)
+    else:  # the normalized values in bfloat16 differ by rounding; shapes and dtypes must not
+        got = f(*(t.to(DEVICE) for t in (x, w, b, rm, rv)))
+        for g, e in zip(got, f(x, w, b, rm, rv)):
+            assert [(t.shape, t.dtype) for t in g] == [(t.shape, t.dtype) for t in e]
+    assert_no_fallback()
