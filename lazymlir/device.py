@@ -134,6 +134,16 @@ def _arange_start(start, end, dtype=None, layout=None, device=None, pin_memory=N
     return _arange_start_step(start, end, 1, dtype=dtype)
 
 
+def _eye_m(n, m, dtype=None, layout=None, device=None, pin_memory=None):
+    dtype = dtype or torch.get_default_dtype()
+    inner = _factory_node(torch.ops.aten.eye.m, (n, m), {"dtype": dtype}, (n, m), dtype)
+    return _wrap(inner)
+
+
+def _eye(n, dtype=None, layout=None, device=None, pin_memory=None):
+    return _eye_m(n, n, dtype=dtype)
+
+
 def _copy_from(self, dst, non_blocking=False):
     """copy_ between devices when the Python key is excluded (torch.tensor(data, device=)
     does that): PyTorch's copy_ then calls this backend kernel directly."""
@@ -271,6 +281,10 @@ def register() -> None:
     # empty + arange.start_out (an out= op below functionalization).
     _library.impl("arange", _arange, "PrivateUse1")
     _library.impl("arange.start", _arange_start, "PrivateUse1")
+    # Without these, eye reaches the tracer as empty + eye.m_out (an out= op that
+    # resizes its (0,)-shaped output below functionalization).
+    _library.impl("eye", _eye, "PrivateUse1")
+    _library.impl("eye.m", _eye_m, "PrivateUse1")
     _library.impl("_copy_from", _copy_from, "PrivateUse1")
     _library.impl("empty_quantized", _empty_quantized, "QuantizedPrivateUse1")
     _install_printing()

@@ -464,7 +464,15 @@ def _batch_norm(input, weight, bias, running_mean, running_var, training, moment
     although functionalization hands them to us as if the op were functional:
     compute the functional form and rebind the buffers' inner values to the new
     statistics (as `_inplace` does), so BatchNorm in training mode updates them."""
-    if not training or running_mean is None or running_var is None:
+    if not training:
+        # Eager CPU returns empty save_mean/save_invstd in eval mode (the meta
+        # kernel and torch-mlir give per-channel ones).
+        out = record(aten.native_batch_norm.default, (input, weight, bias, running_mean,
+                                                       running_var, training, momentum, eps),
+                     {})[0]
+        empty = torch.empty(0, dtype=input.dtype)
+        return out, constant(empty), constant(empty)
+    if running_mean is None or running_var is None:
         return record(aten.native_batch_norm.default, (input, weight, bias, running_mean,
                                                         running_var, training, momentum, eps), {})
     out, mean, rstd, new_mean, new_var = aten._native_batch_norm_legit_functional.default(
@@ -474,6 +482,19 @@ def _batch_norm(input, weight, bias, running_mean, running_var, training, moment
     running_mean._lazy = new_mean._lazy
     running_var._lazy = new_var._lazy
     return out, mean, rstd
+
+
+def _batch_norm_functional(input, weight, bias, running_mean, running_var, training,
+                           momentum, eps):
+    """Functionalization's form of _native_batch_norm_legit: in eval mode PyTorch's
+    decomposition returns empty statistics only on the "cpu" device; eager CPU is
+    the reference, so ours are empty too. Training mode is decomposed as usual."""
+    func = aten._native_batch_norm_legit_functional.default
+    args = (input, weight, bias, running_mean, running_var, training, momentum, eps)
+    if training:
+        return _decompositions()[func](*args)
+    out, empty, _ = _batch_norm(*args)
+    return out, empty, LazyTensor(empty._lazy), running_mean, running_var
 
 
 def _unsupported_mutation(name):
@@ -498,6 +519,7 @@ _SPECIAL = {
     aten.real.default: _real,
     aten.native_batch_norm.default: _batch_norm,
     aten._native_batch_norm_legit.default: _batch_norm,
+    aten._native_batch_norm_legit_functional.default: _batch_norm_functional,
     **{op: cell for op, cell in rnn.CELLS.items()},
     aten.set_.source_Tensor: _unsupported_mutation("set_"),
     aten.resize_.default: _unsupported_mutation("resize_"),
