@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 
-from . import cpu_schedule, i1_storage
+from . import cpu_fusion, cpu_schedule, i1_storage
 from .mlir_runner import UPSTREAM, run_pipeline
 from .unique_results import copy_repeated_results
 
@@ -30,8 +30,20 @@ BUFFERIZE_PIPELINE = (
     "canonicalize,cse)"
 )
 
+# The CPU variant: cpu_fusion's loops write their blocks of rows through
+# tensor.empty slices of the result; eliminate-empty-tensors makes them
+# slices of the result itself, so bufferization writes in place (no block
+# temporary copied into the output).
+# The insertion of a block then copies it onto itself once CSE has merged the
+# two subviews: the last canonicalize drops that copy.
+CPU_BUFFERIZE_PIPELINE = BUFFERIZE_PIPELINE.replace(
+    "one-shot-bufferize{", "eliminate-empty-tensors,one-shot-bufferize{", 1).replace(
+    "canonicalize,cse)", "canonicalize,cse,canonicalize)")
+
 LOOPS_PIPELINE = (
     "builtin.module("
+    # cpu_fusion's loops over blocks of rows, run in order.
+    "func.func(scf-forall-to-for),"
     # What cpu_schedule did not tile and vectorize: linalg on buffers -> scf
     # loops (LLVM's loop vectorizer takes the simple ones at -O3).
     "func.func(convert-linalg-to-loops),"
@@ -69,8 +81,13 @@ LLVM_PIPELINE = (
 )
 
 
-def to_bufferized(text: str):
-    module = run_pipeline(UPSTREAM, text, BUFFERIZE_PIPELINE, before=copy_repeated_results)
+def to_bufferized(text: str, target: str = "cpu"):
+    if target == "cpu":
+        # Row-wise graphs (softmax, layer_norm...) become one loop over blocks
+        # of rows, reductions fused in (cpu_fusion); others are unchanged.
+        text = cpu_fusion.fuse_rows(text)
+    pipeline = CPU_BUFFERIZE_PIPELINE if target == "cpu" else BUFFERIZE_PIPELINE
+    module = run_pipeline(UPSTREAM, text, pipeline, before=copy_repeated_results)
     # LLVM 22 cannot lower i1 buffers: store bools as bytes (i1_storage).
     i1_storage.store_bools_as_bytes(module)
     return module

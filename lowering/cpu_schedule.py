@@ -36,6 +36,12 @@ REG_M, REG_N, REG_K = 8, 32, 4
 # Cache tile caps (M x N x K): a 256 x 32 slice of B (32 KiB) stays in L1
 # while a 64-row block of A streams past it.
 CACHE_M, CACHE_N, CACHE_K = 64, 256, 256
+# Reduction step of an innermost-dim reduction: the largest of these dividing
+# the reduced extent. One step is one vector of up to 256 elements (16 AVX-512
+# registers) folded by a reassociated tree (independent adds), then into the
+# scalar accumulator: one dependent accumulator update per 256 elements
+# instead of per 16 (the horizontal-reduce latency dominated row reductions).
+REDUCTION_TILES = (256, 128, 64, 32, 16, 8)
 
 
 @dataclass
@@ -134,10 +140,11 @@ def _contraction_plan(op, index: int) -> Plan | None:
 def _innermost_reduction_plan(op, index: int) -> Plan | None:
     """Vectorize a generic whose only reduction is its innermost loop (sum, max, mean, norms).
 
-    Parallel loops are tiled by 1 and the reduction by 16 (one AVX-512
-    vector): each step reads 16 contiguous elements per input and folds them
-    into the accumulator with one horizontal `vector.reduction` (reassociated
-    into a shuffle tree by convert-vector-to-llvm, like eager's vectorized sums).
+    Parallel loops are tiled by 1 and the reduction by up to 256
+    (REDUCTION_TILES): each step reads that many contiguous elements per input
+    and folds them into the accumulator with one horizontal `vector.reduction`
+    (reassociated into a tree by convert-vector-to-llvm, like eager's
+    vectorized sums).
     """
     if op.operation.name != "linalg.generic":
         return None
@@ -164,7 +171,7 @@ def _innermost_reduction_plan(op, index: int) -> Plan | None:
     loop_sizes = _loop_sizes(op, rank)
     if loop_sizes is None:
         return None
-    rk = _largest_divisor(loop_sizes[-1], (16, 8))
+    rk = _largest_divisor(loop_sizes[-1], REDUCTION_TILES)
     if rk == 1:
         return None
     tiles = [1] * (rank - 1) + [rk]

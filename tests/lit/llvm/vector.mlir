@@ -34,6 +34,6 @@ module {
 }
 // Horizontal sums may reassociate (a shuffle tree in the backend).
 // CHECK-LABEL: llvm.func @sum$rows(
-// CHECK: llvm.load %{{.*}} : !llvm.ptr -> vector<16xf32>
-// CHECK: "llvm.intr.vector.reduce.fadd"(%{{.*}}, %{{.*}}) <{fastmathFlags = #llvm.fastmath<reassoc>}> : (f32, vector<16xf32>) -> f32
+// CHECK: llvm.load %{{.*}} : !llvm.ptr -> vector<64xf32>
+// CHECK: "llvm.intr.vector.reduce.fadd"(%{{.*}}, %{{.*}}) <{fastmathFlags = #llvm.fastmath<reassoc>}> : (f32, vector<64xf32>) -> f32
 // CHECK: llvm.return

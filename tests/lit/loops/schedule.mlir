@@ -66,10 +66,12 @@ module {
     return
   }
 }
-// Innermost reductions: 16 elements per step, one horizontal op each.
+// Innermost reductions: 256 elements per step (a tree of independent ops in
+// the backend), one update of the row's accumulator each.
 // CHECK-LABEL: func.func @max$rows
+// CHECK-DAG: %[[C256:.*]] = arith.constant 256 : index
 // CHECK: scf.for
-// CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %[[C16:.*]] {
-// CHECK: vector.load %{{.*}} : memref<1x16xf32, strided<[1024, 1], offset: ?>>, vector<16xf32>
-// CHECK: vector.reduction <maximumf>, %{{.*}}, %{{.*}} : vector<16xf32> into f32
+// CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %[[C256]] {
+// CHECK: vector.load %{{.*}} : memref<1x256xf32, strided<[1024, 1], offset: ?>>, vector<256xf32>
+// CHECK: vector.reduction <maximumf>, %{{.*}}, %{{.*}} : vector<256xf32> into f32
 // CHECK: return
