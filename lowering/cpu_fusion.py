@@ -10,9 +10,9 @@ the function's result is tiled over its outermost (row) dimension with an
 `scf.forall`, and every producer, reductions included, is fused into that
 loop (`transform.structured.fuse`): each iteration computes a block of rows
 from start to end while the block stays in L1/L2, and the temporaries shrink
-to one block. The forall's iterations are independent: the `loops` stage
-runs them on several threads when the work is large enough
-(lowering/cpu_parallel.py).
+to one block. The blocks are independent: when the work is large enough the
+loop is an `scf.forall`, which the `loops` stage runs on all cores
+(lowering/cpu_parallel.py); otherwise an `scf.for`.
 
 Only graphs where this cannot recompute work are fused: every linalg op
 iterates the result's rows as its outermost parallel loop (its output and
@@ -26,6 +26,7 @@ stop the fusion) and elementwise ops are fused, as the shared pipeline does.
 
 from __future__ import annotations
 
+from .cpu_parallel import MIN_PARALLEL_ELEMENTS
 from .mlir_runner import UPSTREAM, run_pipeline
 
 TAG = "lazymlir.rows"
@@ -118,7 +119,8 @@ def _plan(module):
             tile = candidate
     if rows // tile < 2:
         return None
-    return root, tile, len(iterators)
+    parallel = rows * row_elements >= MIN_PARALLEL_ELEMENTS
+    return root, tile, len(iterators), parallel
 
 
 def _element_bytes(value) -> int:
@@ -128,7 +130,7 @@ def _element_bytes(value) -> int:
     return max(1, int(digits or 32) // 8)  # f32 -> 4, bf16 -> 2, i1 -> 1
 
 
-def _script(tile: int, rank: int) -> str:
+def _script(tile: int, rank: int, parallel: bool) -> str:
     tiles = [tile] + [0] * (rank - 1)
     return (
         "module attributes {transform.with_named_sequence} {\n"
@@ -138,7 +140,8 @@ def _script(tile: int, rank: int) -> str:
         ": (!transform.any_op) -> !transform.any_op\n"
         # Tile the result by rows, then fuse its producers, recursively.
         f"    %tiled, %loop = transform.structured.fuse %op tile_sizes {tiles} "
-        "{apply_cleanup, use_forall} : (!transform.any_op) -> (!transform.any_op, "
+        f"{{apply_cleanup{', use_forall' if parallel else ''}}} : (!transform.any_op) -> "
+        "(!transform.any_op, "
         "!transform.any_op)\n"
         # A producer with two consumers in the block (x - mean, read by the
         # variance and by the output) was fused once per use: CSE keeps one.
@@ -148,8 +151,8 @@ def _script(tile: int, rank: int) -> str:
         "    transform.yield\n  }\n}\n")
 
 
-def fuse_rows(text: str) -> str:
-    """`text` with its row-wise graph fused into one loop over blocks of rows, else unchanged."""
+def fuse_rows(text: str) -> str | None:
+    """`text` with its row-wise graph fused into one loop over blocks of rows; None: not row-wise."""
     from mlir import ir
     from mlir.dialects.transform import interpreter
 
@@ -157,10 +160,10 @@ def fuse_rows(text: str) -> str:
     with module.context:
         plan = _plan(module)
         if plan is None:
-            return text
-        root, tile, rank = plan
+            return None
+        root, tile, rank, parallel = plan
         root.attributes[TAG] = ir.UnitAttr.get()
-        script = ir.Module.parse(_script(tile, rank))
+        script = ir.Module.parse(_script(tile, rank, parallel))
         interpreter.apply_named_sequence(module.operation, script.body.operations[0], script)
         root_tagged = [op for op in _walk(module) if TAG in op.attributes]
         for op in root_tagged:
