@@ -152,7 +152,7 @@ def _script(tile: int, rank: int, parallel: bool) -> str:
 
 
 def fuse_rows(text: str) -> str | None:
-    """`text` with its row-wise graph fused into one loop over blocks of rows; None: not row-wise."""
+    """`text` with its row-wise graph fused into one loop over blocks of rows (else None)."""
     from mlir import ir
     from mlir.dialects.transform import interpreter
 
