@@ -11,7 +11,10 @@ in this LLVM 22 build, and it yields correct PTX for every sample graph):
 2. Python: iteration dims of every generic are permuted so that parallel dims come first.
    `convert-linalg-to-parallel-loops` only puts the *outermost* run of parallel dims in an
    `scf.parallel`; a reduction dim in front would leave a host-side `scf.for` around it.
-3. Python: reductions whose parallel extent is small (full reductions above all) are split:
+3. Python: reductions over contiguous rows (the innermost input dim is reduced: row
+   sums/max/mean, softmax/layer_norm statistics, full reductions) become one block per
+   row (or per row slice) with a shared-memory tree (`gpu_row_reduce.py`). Of the rest,
+   reductions whose parallel extent is small (full reductions above all) are split:
    `scf.parallel` over (kept dims, chunk), each thread folds one chunk serially in a
    register, then combines it into the output with one `memref.atomic_rmw` (two-level
    scheme: no identity element is needed, the output was initialised by the preceding
@@ -24,7 +27,7 @@ in this LLVM 22 build, and it yields correct PTX for every sample graph):
    `scf-parallel-loop-tiling` sizes nor `gpu-map-parallel-loops` (dim 0 -> x) offer.
 6. `convert-parallel-loops-to-gpu`, `gpu-kernel-outlining` (see `GPU_PIPELINE`).
 
-Shared memory is not used: matmul is one thread per output element, tiled into blocks
+Only row reductions use shared memory: matmul is one thread per output element, tiled into blocks
 of `block_size` consecutive outputs (row-major), which keeps B-matrix loads coalesced.
 """
 
@@ -39,6 +42,7 @@ from mlir import ir, passmanager
 from mlir.dialects import arith, gpu, scf
 
 from .gpu_reductions import _cidx, _walk, split_reductions
+from .gpu_row_reduce import row_reductions
 from .mlir_runner import PipelineFailure
 
 
@@ -451,9 +455,10 @@ def _fills_to_memset(module: ir.Module) -> None:
 def _map_host_loops(module: ir.Module, opts: GpuOptions) -> None:
     host = host_func(module)
     for op in list(host.regions[0].blocks[0].operations):
-        if op.operation.name == "scf.parallel":
+        if op.operation.name in ("scf.parallel", "gpu.launch"):
             _sink_globals(op)
             _sink_scalar_reads(op)
+        if op.operation.name == "scf.parallel":
             _map_parallel_loop(op, opts.block_size)
     _erase_dead_host_scalars(host)
 
@@ -470,6 +475,7 @@ def to_gpu(module: ir.Module, options=None) -> ir.Module:
         _fills_to_memset(module)
         _run(module, PRE_LOOPS_PIPELINE)
         _interchange_parallel_first(module)
+        row_reductions(module)
         split_reductions(module, opts.reduction_chunk, opts.split_below)
         _wrap_serial_generics(module)
         _run(module, LOOPS_PIPELINE)
