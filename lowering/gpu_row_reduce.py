@@ -21,8 +21,11 @@ layer_norm, full reductions) becomes a `gpu.launch` built here, before the
 Consecutive threads read consecutive elements (coalesced), each thread accumulates in a
 register, and global memory is written once per block. No identity value is needed:
 each thread starts from its first element and the output's initial value (the preceding
-fill) is combined in at the end. When the row length is a multiple of G*T the per-thread
-loop has a constant trip count, which LLVM unrolls (all loads of a thread in flight).
+fill) is combined in at the end; with one block per row and a constant fill right
+before, the fill's value is combined in instead and the fill is dropped (every output
+element is written once, the output is never read). When the row length is a multiple
+of G*T the per-thread loop has a constant trip count, which LLVM unrolls (all loads of
+a thread in flight).
 
 The tree uses shared memory and top-level `gpu.barrier`s rather than warp shuffles: the
 emulator driver (lowering/gpu_emulator.py) runs barriers by loop fission but has no
@@ -109,12 +112,62 @@ def _delinearize(lin, extents):
     return ivs[::-1]
 
 
+_VIEWS = ("memref.expand_shape", "memref.collapse_shape", "memref.subview",
+          "memref.reinterpret_cast", "memref.alloc")
+
+
+def _fill_before(op):
+    """(fill op, constant value) when op's output is filled with a constant right before
+    it (`linalg.fill` or the `gpu.memset` made of one; only views and allocations in
+    between), else None. The value is the reduction's initial value."""
+    out = op.outputs[0]
+    prev = op.operation
+    while True:
+        prev = _previous(prev)
+        if prev is None:
+            return None
+        if prev.name in ("linalg.fill", "gpu.memset") or _generic_fill(prev):
+            break
+        if prev.name not in _VIEWS:
+            return None
+    operands = list(prev.operands)
+    value, dst = operands[:2] if prev.name != "gpu.memset" else operands[-1:-3:-1]
+    if dst != out or prev.results and any(list(r.uses) for r in prev.results):
+        return None
+    owner = value.owner
+    owner = getattr(owner, "operation", owner)
+    if not isinstance(owner, ir.Operation) or owner.name != "arith.constant":
+        return None
+    return prev, value
+
+
+def _generic_fill(operation) -> bool:
+    """A generalized `linalg.fill`: `linalg.generic ins(%scalar) outs(%m)` yielding it."""
+    if operation.name != "linalg.generic" or len(operation.operands) != 2:
+        return False
+    if isinstance(operation.operands[0].type, ir.ShapedType):
+        return False
+    block = operation.regions[0].blocks[0]
+    ops = list(block.operations)
+    return len(ops) == 1 and ops[0].operands[0] == block.arguments[0]
+
+
+def _previous(operation):
+    block = operation.block
+    ops = [o.operation for o in block.operations]
+    i = ops.index(operation)
+    return ops[i - 1] if i else None
+
+
 def _rewrite(op, comb, e, extents: list[int], npar: int) -> None:
     maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
     par_ext, red_ext = extents[:npar], extents[npar:]
     kept, total_r = math.prod(par_ext), math.prod(red_ext)
     kind = ATOMIC_KINDS[comb.name]
     threads, per_row = plan_shape(kept, total_r, kind)
+    # One block per row writes every output element once: a constant fill right before
+    # is folded into the combine (no read of the output, no fill launch).
+    fill = _fill_before(op) if per_row == 1 else None
     out = op.outputs[0]
     acc_type = e.type
     index = ir.IndexType.get()
@@ -186,12 +239,16 @@ def _rewrite(op, comb, e, extents: list[int], npar: int) -> None:
                        for x in maps[-1].results]
             if per_row > 1:
                 memref.AtomicRMWOp(arith.AtomicRMWKind[kind], total, out, out_idx)
+            elif fill is not None:
+                memref.StoreOp(combine(fill[1], total), out, out_idx)
             else:
                 old = memref.LoadOp(out, out_idx).result
                 memref.StoreOp(combine(old, total), out, out_idx)
             scf.YieldOp([])
         gpu.TerminatorOp()
     op.operation.erase()
+    if fill is not None:
+        fill[0].erase()
 
 
 def row_reductions(module) -> int:
