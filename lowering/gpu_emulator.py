@@ -205,10 +205,15 @@ def _keep_values_per_thread(nests, block_dim, threads) -> None:
                     raise GpuLoweringError("emulator: a memref value crosses a barrier")
                 with ir.InsertionPoint(loops[0]):
                     dyn = ir.ShapedType.get_dynamic_size()
-                    buf = memref.AllocaOp(ir.MemRefType.get([dyn], result.type),
+                    # i1 (a guard reused after a barrier) is kept as i8: memref
+                    # lowering cannot store sub-byte elements.
+                    flag = str(result.type) == "i1"
+                    held = ir.IntegerType.get_signless(8) if flag else result.type
+                    buf = memref.AllocaOp(ir.MemRefType.get([dyn], held),
                                           [threads], []).result
                 with ir.InsertionPoint(anchor):
-                    memref.StoreOp(result, buf, [lin[p]])
+                    memref.StoreOp(arith.ExtUIOp(held, result).result if flag else result,
+                                   buf, [lin[p]])
                 for use in list(result.uses):
                     owner = use.owner
                     q = next((q for q in later if _inside(owner, loops[q])), None)
@@ -216,6 +221,8 @@ def _keep_values_per_thread(nests, block_dim, threads) -> None:
                         continue
                     with ir.InsertionPoint(owner):
                         value = memref.LoadOp(buf, [lin[q]]).result
+                        if flag:
+                            value = arith.TruncIOp(result.type, value).result
                     owner.operands[use.operand_number] = value
 
 

@@ -6,6 +6,9 @@ build of LLVM 22, which has the NVPTX target); the stage registry calls them.
 Route (chosen because every step exists as a registered pass or a small Python rewrite
 in this LLVM 22 build, and it yields correct PTX for every sample graph):
 
+0. Python: runs of row ops over the same rows (softmax, log_softmax, layer_norm: row
+   reductions and row maps) become one kernel, one block per row, the row in registers
+   (`gpu_row_fusion.py`).
 1. `linalg-generalize-named-ops`: matmul/fill/transpose become `linalg.generic`, so the
    Python rewrites below only ever see one op kind.
 2. Python: iteration dims of every generic are permuted so that parallel dims come first.
@@ -42,6 +45,7 @@ from mlir import ir, passmanager
 from mlir.dialects import arith, gpu, scf
 
 from .gpu_reductions import _cidx, _walk, split_reductions
+from .gpu_row_fusion import fuse_row_runs
 from .gpu_row_reduce import row_reductions
 from .mlir_runner import PipelineFailure
 
@@ -472,6 +476,7 @@ def to_gpu(module: ir.Module, options=None) -> ir.Module:
     opts = _opts(options)
     with module.context, ir.Location.unknown(module.context):
         host_func(module)
+        fuse_row_runs(module)
         _fills_to_memset(module)
         _run(module, PRE_LOOPS_PIPELINE)
         _interchange_parallel_first(module)

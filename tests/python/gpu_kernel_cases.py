@@ -31,7 +31,17 @@ CASES = {
     "layer_norm_rows": (lambda x, w, b: F.layer_norm(x, (300,), w, b),
                         lambda: (torch.randn(33, 300), torch.randn(300), torch.randn(300)),
                         "randn"),
+    "log_softmax_rows": (lambda x: torch.log_softmax(x, dim=-1), lambda: (torch.randn(48, 512),),
+                         "randn"),
+    # The row max is a graph output too: the fused kernel stores it as well.
+    "softmax_and_amax": (lambda x: (torch.softmax(x, dim=-1), x.amax(-1)),
+                         lambda: (torch.randn(20, 96),), "randn"),
+    "rms_norm": (lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w,
+                 lambda: (torch.randn(24, 256), torch.randn(256)), "randn"),
 }
+
+# Cases fused into one kernel per graph (no other launch, copy or memset).
+FUSED = ("softmax_rows", "layer_norm_rows", "log_softmax_rows", "rms_norm")
 
 
 def _flat(out):

@@ -31,7 +31,7 @@ from test_cuda_emulator import (  # noqa: E402
     run_on_emulator,
 )
 
-from lazymlir.lowering import fx_graph, gpu_stages, stages  # noqa: E402
+from lazymlir.lowering import fx_graph, gpu_row_fusion, gpu_stages, stages  # noqa: E402
 from lazymlir.targets import cuda_driver  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -46,7 +46,9 @@ def runtime():
 @pytest.fixture(scope="module")
 def traced(tmp_path_factory):
     root = tmp_path_factory.mktemp("gpu-kernel-traces")
-    env = dict(os.environ, LAZYMLIR_TARGET="cpu", LAZYMLIR_FALLBACK="error")
+    # A fresh disk cache: a cached graph is not compiled again, so it would not be dumped.
+    env = dict(os.environ, LAZYMLIR_TARGET="cpu", LAZYMLIR_FALLBACK="error",
+               LAZYMLIR_CACHE_DIR=str(root / "cache"))
     done = subprocess.run([sys.executable, str(HERE / "gpu_kernel_cases.py"), str(root)],
                           env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
@@ -113,6 +115,27 @@ def test_split_only_with_atomic(traced):
     assert "memref.atomic_rmw addf" in _gpu_text(traced["row_sum_split"][0])
     assert "memref.atomic_rmw" not in _gpu_text(traced["row_prod"][0])
     assert "memref.atomic_rmw" not in _gpu_text(traced["row_amax"][0])
+
+
+@pytest.mark.parametrize("name", gpu_kernel_cases.FUSED)
+def test_row_ops_fused_to_one_kernel(name, traced):
+    """softmax/log_softmax/layer_norm/rms_norm: one launch per graph, nothing else in the
+    plan (no fill, memset, copy or temporary), the input read once per element."""
+    fx_text = traced[name][0]
+    plan_text, _ = compile_for_emulator(fx_text)
+    steps = [line.split()[0] for line in plan_text.splitlines()[1:]
+             if line.split()[0] in ("launch", "copy", "memset", "alloc")]
+    assert steps == ["launch"], plan_text
+    (kernel,) = _kernels(_gpu_text(fx_text))
+    launch = next(line for line in plan_text.splitlines() if line.startswith("launch"))
+    threads = int(launch.split()[6])
+    row = fx_graph.loads(fx_text)["inputs"][0]["shape"][-1]
+    # Each element of the input row is loaded once: ceil(row / threads) loads of the
+    # input in the kernel text (each thread's elements, the tail one under a guard).
+    args = re.findall(r"(%arg\d+): memref<[^>]*>", kernel.split("\n")[0])
+    loads = max(len(re.findall(rf"memref\.load {a}\[", kernel)) for a in args)
+    assert loads == -(-row // threads), kernel
+    assert loads <= gpu_row_fusion.MAX_PER_THREAD
 
 
 @pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas not on PATH")
