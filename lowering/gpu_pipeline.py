@@ -518,7 +518,28 @@ def to_nvvm(module: ir.Module, options=None) -> ir.Module:
     opts = _opts(options)
     with module.context:
         _run(module, NVVM_PIPELINE.format(target=_target_options(opts)))
+        _relax_atomics(module)
     return module
+
+
+# llvm.atomicrmw `ordering` values (LLVM's AtomicOrdering).
+_MONOTONIC = 2
+
+
+def _relax_atomics(module: ir.Module) -> None:
+    """Reduction atomics only combine partial results of the same kernel: nothing is
+    ordered by them (the next kernel starts after this one ends). MemRefToLLVM emits
+    them `acq_rel` at system scope, which makes the NVPTX CAS loops of float max/min
+    `atom.acq_rel.sys.global.cas`; relaxed at device scope (`.relaxed.gpu`) suffices."""
+    for g in gpu_modules(module):
+        def visit(op):
+            if op.name == "llvm.atomicrmw":
+                op.attributes["ordering"] = ir.IntegerAttr.get(
+                    ir.IntegerType.get_signless(64), _MONOTONIC)
+                op.attributes["syncscope"] = ir.StringAttr.get("device")
+            return ir.WalkResult.ADVANCE
+
+        g.operation.walk(visit)
 
 
 def _needs_libdevice(module: ir.Module) -> list[str]:
