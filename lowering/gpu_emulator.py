@@ -42,6 +42,7 @@ from pathlib import Path
 from mlir import ir, passmanager
 from mlir.dialects import arith, func, memref, scf
 
+from .gpu_matmul import unroll_barrier_loops
 from .gpu_pipeline import GpuLoweringError, gpu_modules
 from .mlir_runner import PipelineFailure
 
@@ -110,6 +111,7 @@ def _kernel_to_func(kernel, module: ir.Module) -> tuple[str, list[ir.Type]]:
     later one is kept per thread in a block-sized buffer. Workgroup memory becomes a
     buffer per block (the function runs one block)."""
     name = ir.StringAttr(kernel.attributes["sym_name"]).value
+    unroll_barrier_loops(kernel)  # tiled matmul: its k loop holds the barriers
     ftype = ir.FunctionType(ir.TypeAttr(kernel.attributes["function_type"]).value)
     inputs = list(ftype.inputs)
     region = kernel.regions[0]

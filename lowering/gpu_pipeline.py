@@ -14,8 +14,9 @@ in this LLVM 22 build, and it yields correct PTX for every sample graph):
 2. Python: iteration dims of every generic are permuted so that parallel dims come first.
    `convert-linalg-to-parallel-loops` only puts the *outermost* run of parallel dims in an
    `scf.parallel`; a reduction dim in front would leave a host-side `scf.for` around it.
-3. Python: reductions over contiguous rows (the innermost input dim is reduced: row
-   sums/max/mean, softmax/layer_norm statistics, full reductions) become one block per
+3. Python: float contractions (matmul, batch matmul, transposed operands) with M, N >= 32
+   become the shared-memory tiled kernel of `gpu_matmul.py`. Reductions over contiguous
+   rows (the innermost input dim is reduced: row sums/max/mean, softmax/layer_norm statistics, full reductions) become one block per
    row (or per row slice) with a shared-memory tree (`gpu_row_reduce.py`). Of the rest,
    reductions whose parallel extent is small (full reductions above all) are split:
    `scf.parallel` over (kept dims, chunk), each thread folds one chunk serially in a
@@ -30,8 +31,9 @@ in this LLVM 22 build, and it yields correct PTX for every sample graph):
    `scf-parallel-loop-tiling` sizes nor `gpu-map-parallel-loops` (dim 0 -> x) offer.
 6. `convert-parallel-loops-to-gpu`, `gpu-kernel-outlining` (see `GPU_PIPELINE`).
 
-Only row reductions use shared memory: matmul is one thread per output element, tiled into blocks
-of `block_size` consecutive outputs (row-major), which keeps B-matrix loads coalesced.
+Shared memory is used by row reductions, fused row runs and float matmuls with M and
+N >= 32 (`gpu_matmul.py`: 128x128 tiles through shared memory, 8x8 register tiles,
+FMA); smaller matmuls stay one thread per output element.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from mlir import ir, passmanager
 from mlir.dialects import arith, gpu, scf
 
 from .gpu_reductions import _cidx, _walk, split_reductions
+from .gpu_matmul import tile_matmuls
 from .gpu_row_fusion import fuse_row_runs
 from .gpu_row_reduce import row_reductions
 from .mlir_runner import PipelineFailure
@@ -480,6 +483,7 @@ def to_gpu(module: ir.Module, options=None) -> ir.Module:
         _fills_to_memset(module)
         _run(module, PRE_LOOPS_PIPELINE)
         _interchange_parallel_first(module)
+        tile_matmuls(module)
         row_reductions(module)
         split_reductions(module, opts.reduction_chunk, opts.split_below)
         _wrap_serial_generics(module)

@@ -38,7 +38,19 @@ CASES = {
                          lambda: (torch.randn(20, 96),), "randn"),
     "rms_norm": (lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w,
                  lambda: (torch.randn(24, 256), torch.randn(256)), "randn"),
+    # Tiled matmuls (M, N >= 32): edge tiles, a K tail (45 = 5 x 8 + 5), batch, and
+    # transposed operands (x @ w.t(), x.t() @ y) read through their indexing maps.
+    "matmul_tiled": (lambda a, b: a @ b, lambda: (torch.randn(70, 45), torch.randn(45, 150)),
+                     "randn"),
+    "bmm_tiled": (lambda a, b: torch.bmm(a, b),
+                  lambda: (torch.randn(2, 40, 20), torch.randn(2, 20, 33)), "randn"),
+    "linear_wt": (lambda x, w: x @ w.t(), lambda: (torch.randn(64, 24), torch.randn(40, 24)),
+                  "randn"),
+    "matmul_tn": (lambda x, y: x.t() @ y, lambda: (torch.randn(30, 50), torch.randn(30, 64)),
+                  "randn"),
 }
+
+MATMULS = ("matmul_tiled", "bmm_tiled", "linear_wt", "matmul_tn")
 
 # Cases fused into one kernel per graph (no other launch, copy or memset).
 FUSED = ("softmax_rows", "layer_norm_rows", "log_softmax_rows", "rms_norm")

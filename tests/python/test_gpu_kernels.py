@@ -96,7 +96,19 @@ def test_block_order_does_not_matter(name, runtime, traced):
     assert_matches(got, want, f"{name} reversed")
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", gpu_kernel_cases.MATMULS)
+def test_matmul_is_tiled(name, traced):
+    """The contraction runs as the shared-memory tiled kernel: two workgroup tiles,
+    barriers around the k step, FMA into register accumulators."""
+    kernels = [k for k in _kernels(_gpu_text(traced[name][0])) if "math.fma" in k]
+    assert len(kernels) == 1
+    (kernel,) = kernels
+    assert kernel.count("memref<8x128xf32, #gpu.address_space<workgroup>>") >= 2
+    assert kernel.count("gpu.barrier") == 2
+    assert kernel.count("math.fma") == 8 * 64
+
+
+@pytest.mark.parametrize("name", sorted(set(CASES) - set(gpu_kernel_cases.MATMULS)))
 def test_reductions_are_block_per_row(name, traced):
     """Every reducing kernel reduces through shared memory with barriers; none keeps a
     serial per-thread loop over a whole row with the accumulator in global memory."""
@@ -136,6 +148,22 @@ def test_row_ops_fused_to_one_kernel(name, traced):
     loads = max(len(re.findall(rf"memref\.load {a}\[", kernel)) for a in args)
     assert loads == -(-row // threads), kernel
     assert loads <= gpu_row_fusion.MAX_PER_THREAD
+
+
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas not on PATH")
+def test_ptxas_matmul_uses_shared_memory_without_spills(traced, tmp_path):
+    ptx_text = stages.run_stages(traced["matmul_tiled"][0], stages.Options(target="cuda"),
+                                 start="fx", stop="ptx").text
+    _, kernels = gpu_stages.executable_parts(ptx_text)
+    (image,) = [image for _, image, _ in kernels if b"fma.rn.f32" in image]
+    assert image.count(b"fma.rn.f32") >= 8 * 64
+    src = tmp_path / "k.ptx"
+    src.write_bytes(image)
+    res = subprocess.run(["ptxas", "-v", "-arch=sm_90", str(src), "-o", str(tmp_path / "o")],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert "8192 bytes smem" in res.stderr, res.stderr
+    assert "0 bytes spill stores, 0 bytes spill loads" in res.stderr, res.stderr
 
 
 @pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas not on PATH")
