@@ -16,8 +16,8 @@ in this LLVM 22 build, and it yields correct PTX for every sample graph):
    `scf.parallel`; a reduction dim in front would leave a host-side `scf.for` around it.
 3. Python: float contractions (matmul, batch matmul, transposed operands) with M, N >= 32
    become the shared-memory tiled kernel of `gpu_matmul.py`. Reductions over contiguous
-   rows (the innermost input dim is reduced: row sums/max/mean, softmax/layer_norm statistics, full reductions) become one block per
-   row (or per row slice) with a shared-memory tree (`gpu_row_reduce.py`). Of the rest,
+   rows (the innermost input dim is reduced: row sums/max/mean, softmax/layer_norm
+   statistics, full reductions) become one block per row (or per row slice) with a shared-memory tree (`gpu_row_reduce.py`). Of the rest,
    reductions whose parallel extent is small (full reductions above all) are split:
    `scf.parallel` over (kept dims, chunk), each thread folds one chunk serially in a
    register, then combines it into the output with one `memref.atomic_rmw` (two-level
