@@ -17,12 +17,13 @@ in this LLVM 22 build, and it yields correct PTX for every sample graph):
 3. Python: float contractions (matmul, batch matmul, transposed operands) with M, N >= 32
    become the shared-memory tiled kernel of `gpu_matmul.py`. Reductions over contiguous
    rows (the innermost input dim is reduced: row sums/max/mean, softmax/layer_norm
-   statistics, full reductions) become one block per row (or per row slice) with a shared-memory tree (`gpu_row_reduce.py`). Of the rest,
-   reductions whose parallel extent is small (full reductions above all) are split:
-   `scf.parallel` over (kept dims, chunk), each thread folds one chunk serially in a
-   register, then combines it into the output with one `memref.atomic_rmw` (two-level
-   scheme: no identity element is needed, the output was initialised by the preceding
-   fill). Other reductions stay parallel over the kept dims, serial over the reduced ones.
+   statistics, full reductions) become one block per row (or per row slice) with a
+   shared-memory tree (`gpu_row_reduce.py`). Of the rest, reductions whose parallel
+   extent is small (full reductions above all) are split: `scf.parallel` over (kept
+   dims, chunk), each thread folds one chunk serially in a register, then combines it
+   into the output with one `memref.atomic_rmw` (two-level scheme: no identity element
+   is needed, the output was initialised by the preceding fill). Other reductions stay
+   parallel over the kept dims, serial over the reduced ones.
 4. `convert-linalg-to-parallel-loops`.
 5. Python: each top-level `scf.parallel` is linearised into one 2-d loop
    (block, thread) with an explicit `gpu.loop_dim_map` mapping (block_x, thread_x) and a
