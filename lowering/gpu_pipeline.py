@@ -64,8 +64,10 @@ class GpuOptions:
     features: str = ""
     # Reduction split: chunk folded serially by one thread before the atomic combine.
     reduction_chunk: int = 64
-    # Split a reduction when fewer than this many outputs would be computed in parallel.
-    split_below: int = 4096
+    # Split a reduction when fewer than this many outputs would be computed in parallel
+    # (H100: 132 SMs x 2048 threads = 270K resident threads; 65536 kept elements, one
+    # thread each, leave most of them idle).
+    split_below: int = 65536
     opt_level: int = 3
     libdevice: str | None = None
 

@@ -48,6 +48,9 @@ CASES = {
                   "randn"),
     "matmul_tn": (lambda x, y: x.t() @ y, lambda: (torch.randn(30, 50), torch.randn(30, 64)),
                   "randn"),
+    # Column reductions (split over row chunks, atomics per chunk; a product: partials).
+    "col_sum": (lambda x: x.sum(0), lambda: (torch.randn(300, 70),), "randn"),
+    "col_prod": (lambda x: x.prod(0), lambda: (1 + 0.01 * torch.randn(200, 33),), "near_one"),
 }
 
 MATMULS = ("matmul_tiled", "bmm_tiled", "linear_wt", "matmul_tn")

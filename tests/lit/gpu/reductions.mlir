@@ -80,3 +80,30 @@ func.func @sum$dim0(%arg0: memref<32x48xf32>, %arg1: memref<48xf32>) {
 // CHECK: scf.for
 // CHECK: memref.load %{{.*}}[%{{.*}}, %{{.*}}] : memref<32x48xf32>
 // CHECK-NOT: memref.atomic_rmw
+
+// -----
+
+// Column sum (a bias gradient: `g.sum(0)` of 2048 x 4096): 4096 outputs would leave most
+// of the GPU idle, so the 2048 rows are split into 32 chunks of 64 combined by atomics.
+// The chunk index is outermost: consecutive threads take consecutive columns, so every
+// load of a warp is one contiguous 128-byte row segment. 32 x 4096 / 256 = 512 blocks.
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#map1 = affine_map<(d0, d1) -> (d1)>
+func.func @sum$cols(%arg0: memref<2048x4096xf32>, %arg1: memref<4096xf32>) {
+  linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["reduction", "parallel"]} ins(%arg0 : memref<2048x4096xf32>) outs(%arg1 : memref<4096xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %0 = arith.addf %in, %out : f32
+    linalg.yield %0 : f32
+  }
+  return
+}
+// CHECK-LABEL: func.func @sum$cols
+// CHECK: gpu.launch_func @{{.*}} blocks in (%c512, %{{.*}}, %{{.*}}) threads in (%c256,
+// CHECK: gpu.func
+// CHECK: %[[LIN:.*]] = arith.addi %{{.*}}, %thread_id_x
+// CHECK: %[[COL:.*]] = arith.remui %[[LIN]], %c4096
+// CHECK: %[[CHUNK:.*]] = arith.divui %[[LIN]], %c4096
+// CHECK: %[[ROW0:.*]] = arith.muli %[[CHUNK]], %c64
+// CHECK: memref.load %arg0[%[[ROW0]], %[[COL]]]
+// CHECK: scf.for
+// CHECK: memref.atomic_rmw addf %{{.*}}, %arg1[%[[COL]]]
