@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass, fields
 
 _TARGETS = ("auto", "cpu", "cuda")
+_CUDA_DRIVERS = ("real", "emulator", "fake")
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 _FALLBACK = ("warn", "silent", "error")
 _BOOLS = {"1": True, "true": True, "yes": True, "on": True,
@@ -30,6 +31,12 @@ class Settings:
     runtime_lib: str | None = None  # LAZYMLIR_RUNTIME_LIB: the CUDA runtime .so (or its folder)
     compile_worker: bool = True   # LAZYMLIR_COMPILE_WORKER: 0 compiles in-process (debugging)
     compile_timeout: int = 900    # LAZYMLIR_COMPILE_TIMEOUT: seconds before a compile is abandoned
+    # LAZYMLIR_CUDA_DRIVER: what the cuda target runs on: real (libcuda.so.1), emulator
+    # (every kernel runs on the CPU), fake (host memory, launches recorded, no kernel runs)
+    cuda_driver: str = "real"
+    cuda_sync: bool = False       # LAZYMLIR_CUDA_SYNC: synchronize after every kernel launch
+    emulator_verify: bool = False  # LAZYMLIR_CUDA_EMULATOR_VERIFY: bounds-check every access
+    emulator_reverse: bool = False  # LAZYMLIR_CUDA_EMULATOR_REVERSE: run blocks last to first
 
 
 _ENV = {
@@ -44,8 +51,13 @@ _ENV = {
     "runtime_lib": "LAZYMLIR_RUNTIME_LIB",
     "compile_worker": "LAZYMLIR_COMPILE_WORKER",
     "compile_timeout": "LAZYMLIR_COMPILE_TIMEOUT",
+    "cuda_driver": "LAZYMLIR_CUDA_DRIVER",
+    "cuda_sync": "LAZYMLIR_CUDA_SYNC",
+    "emulator_verify": "LAZYMLIR_CUDA_EMULATOR_VERIFY",
+    "emulator_reverse": "LAZYMLIR_CUDA_EMULATOR_REVERSE",
 }
-_CHOICES = {"target": _TARGETS, "log_level": _LOG_LEVELS, "fallback": _FALLBACK}
+_CHOICES = {"target": _TARGETS, "log_level": _LOG_LEVELS, "fallback": _FALLBACK,
+            "cuda_driver": _CUDA_DRIVERS}
 
 
 
@@ -71,4 +83,9 @@ def from_env() -> Settings:
         choices = _CHOICES.get(f.name)
         if choices and values[f.name] not in choices:
             raise ValueError(f"{_ENV[f.name]}={raw!r} is not one of: {', '.join(choices)}")
-    return Settings(**values)
+    settings = Settings(**values)
+    for name in ("emulator_verify", "emulator_reverse"):
+        if getattr(settings, name) and settings.cuda_driver != "emulator":
+            raise ValueError(f"{_ENV[name]}=1 needs LAZYMLIR_CUDA_DRIVER=emulator "
+                             f"(it is {settings.cuda_driver!r})")
+    return settings
