@@ -26,7 +26,7 @@ import shutil
 import subprocess
 import tempfile
 
-from mlir import ir
+from mlir import ir, passmanager
 from mlir.dialects import gpu
 
 from . import gpu_pipeline, launch_plan
@@ -58,9 +58,38 @@ def _has_plan(module: ir.Module) -> bool:
                and "lzrt." in str(f) for f in _funcs(module))
 
 
+def host_copies_to_linalg(module: ir.Module) -> None:
+    """Host `memref.copy`s the launch plan cannot do become `linalg.copy`, which the gpu
+    lowering turns into a kernel: copies between views that are not one contiguous byte
+    range each (`x[:, 1:]` copied out whole), and copies of a constant
+    (`memref.get_global`: the plan cannot upload data, the kernel reads the global)."""
+    from mlir.dialects import linalg
+
+    with module.context, ir.Location.unknown(module.context):
+        for op in list(gpu_pipeline.host_func(module).regions[0].blocks[0].operations):
+            if op.operation.name != "memref.copy":
+                continue
+            src, dst = op.operands
+            constant = (isinstance(src, ir.OpResult)
+                        and src.owner.operation.name == "memref.get_global")
+            if (not constant and launch_plan.is_contiguous(src.type)
+                    and launch_plan.is_contiguous(dst.type)):
+                continue
+            with ir.InsertionPoint(op):
+                linalg.copy(src, outs=[dst])
+            op.operation.erase()
+
+
 def to_gpu(text: str, options) -> ir.Module:
     """`bufferized` -> `gpu`."""
-    return parse(text, lambda m: gpu_pipeline.to_gpu(m, gpu_options(options)))
+    def run(module):
+        host_copies_to_linalg(module)
+        gpu_pipeline.to_gpu(module, gpu_options(options))
+        # Constants now read inside kernels were copied into their gpu.modules by the
+        # outlining; the host's private memref.globals are left unused.
+        passmanager.PassManager.parse("builtin.module(symbol-dce)",
+                                      module.context).run(module.operation)
+    return parse(text, run)
 
 
 def _replace_host_with_plan(module: ir.Module) -> None:
@@ -165,7 +194,7 @@ def executable_parts(text: str) -> tuple[str, list[tuple[str, bytes, str]]]:
     """
     module = parse(text)
     kernels = _kernel_objects(module)
-    if not kernels:
+    if not kernels and not _has_plan(module):  # a plan of copies only has no kernels
         raise PipelineFailure("no gpu.binary in the input: expected `ptx` or `cubin` stage text")
     with module.context:
         if _has_plan(module):

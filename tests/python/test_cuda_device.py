@@ -50,7 +50,8 @@ PROGRAM = textwrap.dedent("""
 def _run(tmp_path, **env) -> dict:
     script = tmp_path / "program.py"
     script.write_text(PROGRAM)
-    full = {k: v for k, v in os.environ.items() if not k.startswith("LAZYMLIR_")}
+    full = {k: v for k, v in os.environ.items()
+            if not k.startswith("LAZYMLIR_") or k == "LAZYMLIR_RUNTIME_LIB"}
     full.update(LAZYMLIR_CACHE_DIR=str(tmp_path / "cache"), LAZYMLIR_FALLBACK="error", **env)
     done = subprocess.run([sys.executable, str(script)], env=full, capture_output=True,
                           text=True, timeout=600)
