@@ -348,10 +348,10 @@ def _merge(lowered: list[str], context) -> tuple[list[str], list[int]]:
             ops = [(ir.StringAttr(op.attributes["sym_name"]).value
                     if "sym_name" in op.attributes else None, str(op))
                    for op in ir.Module.parse(text).body.operations]
-        for g, (symbols, body) in enumerate(groups):
-            if all(name is None or symbols.get(name, op) == op for name, op in ops):
-                break
-        else:
+        fits = (g for g, (symbols, _) in enumerate(groups)
+                if all(name is None or symbols.get(name, op) == op for name, op in ops))
+        g = next(fits, None)
+        if g is None:
             groups.append(({}, []))
             g = len(groups) - 1
         symbols, body = groups[g]
