@@ -399,8 +399,8 @@ def plan_to_lzrt_text(plan: Plan) -> str:
                 f'{_i64(op.module_index)}, module = "{op.module}", kernel = "{op.kernel}", '
                 f"grid = array<i64: {', '.join(map(str, op.grid))}>, "
                 f"block = array<i64: {', '.join(map(str, op.block))}>, "
-                f"shared_bytes = {_i64(op.shared_bytes)}, args = [{args}]"
-                + (f", arg_bytes = array<i64: {sizes}>" if sizes else "") + "} : "
+                f"shared_bytes = {_i64(op.shared_bytes)}, args = [{args}], "
+                f"arg_bytes = array<i64{': ' + sizes if sizes else ''}>}} : "
                 f"({', '.join([buf] * len(operands))}) -> ()"
             )
     body = "\n".join("  " + line for line in lines + ["func.return"])
