@@ -116,3 +116,33 @@ def test_emulator_runtime_refuses_ptx_artifacts():
     with pytest.raises(ValueError, match="is a ptx image, but the runtime's driver is the "
                                          "emulator"):
         CudaExecutable("lazymlir-plan 1\nbuffers 0\n", [("m", b".version 8.0", "ptx")], [], rt)
+
+
+SYNC_PROGRAM = textwrap.dedent("""
+    import torch, lazymlir
+    from lazymlir.targets import cuda_driver
+    y = torch.randn(4).to("lazy_mlir") * 2
+    cuda_driver.fake.fail_call("cuStreamSynchronize", 1, 999)  # the kernel "faults"
+    try:
+        y.cpu()
+    except cuda_driver.CudaError as error:
+        print("ERROR", error)
+    print("DRIVER", lazymlir.targets.active().driver)
+""")
+
+
+def test_sync_mode_names_the_failing_kernel_and_plan_line(tmp_path):
+    """LAZYMLIR_CUDA_SYNC=1 synchronizes after each launch, so an asynchronous kernel
+    failure (injected on the fake driver) names its kernel and plan line."""
+    script = tmp_path / "sync.py"
+    script.write_text(SYNC_PROGRAM)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("LAZYMLIR_") or k == "LAZYMLIR_RUNTIME_LIB"}
+    env.update(LAZYMLIR_TARGET="cuda", LAZYMLIR_CUDA_DRIVER="fake", LAZYMLIR_CUDA_SYNC="1")
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    lines = done.stdout.splitlines()
+    assert lines[-1] == "DRIVER fake"
+    assert "cuStreamSynchronize failed" in lines[0]
+    assert "after kernel 'main_kernel' (plan line " in lines[0], lines
