@@ -27,7 +27,7 @@ import subprocess
 import tempfile
 
 from mlir import ir, passmanager
-from mlir.dialects import gpu
+from mlir.dialects import arith, cf, gpu
 
 from . import gpu_pipeline, launch_plan
 from .lzrt_dialect import load_lzrt
@@ -80,11 +80,67 @@ def host_copies_to_linalg(module: ir.Module) -> None:
             op.operation.erase()
 
 
+_ASSERT_MARK = "lazymlir.assert:"
+
+
+def _walk_named(op, name: str) -> list:
+    found = []
+
+    def visit(o):
+        if o.name == name:
+            found.append(o)
+        return ir.WalkResult.ADVANCE
+
+    op.operation.walk(visit)
+    return found
+
+
+def hide_asserts(module: ir.Module) -> None:
+    """`cf.assert %ok, "msg"` (torch-mlir's index bounds checks in gather/embedding
+    loops) -> `scf.if %bad { gpu.printf "lazymlir.assert:msg" }`: upstream
+    convert-parallel-loops-to-gpu leaves a loop holding a cf.assert on the host, but
+    carries this form into the kernel, where `restore_asserts` turns it back."""
+    from mlir.dialects import gpu as gpu_d
+    from mlir.dialects import scf
+
+    with module.context, ir.Location.unknown(module.context):
+        for op in _walk_named(module, "cf.assert"):
+            ok = op.operands[0]
+            message = ir.StringAttr(op.attributes["msg"]).value
+            with ir.InsertionPoint(op), op.location:
+                true = arith.ConstantOp(ok.type, 1).result
+                bad = arith.XOrIOp(ok, true).result
+                branch = scf.IfOp(bad)
+                with ir.InsertionPoint(branch.then_block):
+                    gpu_d.printf(_ASSERT_MARK + message)
+                    scf.YieldOp([])
+            op.operation.erase()
+
+
+def restore_asserts(module: ir.Module) -> None:
+    """Inverse of `hide_asserts`, wherever the ops went (kernels, or the host): a
+    failing check is a device-side assert (`__assertfail` in PTX, as in CUDA PyTorch;
+    an abort naming the check on the emulator and the CPU)."""
+    with module.context, ir.Location.unknown(module.context):
+        for op in _walk_named(module, "gpu.printf"):
+            fmt = ir.StringAttr(op.attributes["format"]).value
+            branch = op.parent
+            if not fmt.startswith(_ASSERT_MARK) or branch.name != "scf.if":
+                continue
+            with ir.InsertionPoint(branch), branch.location:
+                bad = branch.operands[0]
+                ok = arith.XOrIOp(bad, arith.ConstantOp(bad.type, 1).result).result
+                cf.AssertOp(ok, fmt[len(_ASSERT_MARK):])
+            branch.erase()
+
+
 def to_gpu(text: str, options) -> ir.Module:
     """`bufferized` -> `gpu`."""
     def run(module):
         host_copies_to_linalg(module)
+        hide_asserts(module)
         gpu_pipeline.to_gpu(module, gpu_options(options))
+        restore_asserts(module)
         # Constants now read inside kernels were copied into their gpu.modules by the
         # outlining; the host's private memref.globals are left unused.
         passmanager.PassManager.parse("builtin.module(symbol-dce)",

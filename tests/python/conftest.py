@@ -55,11 +55,6 @@ def target_name() -> str:
 EXPECTED_FALLBACKS = {
     "cpu": {},
     "cuda": {
-        # Their loops keep torch-mlir's index bounds checks (`cf.assert`), and upstream
-        # convert-parallel-loops-to-gpu leaves a loop holding one on the host.
-        # (cross_entropy's nll_loss gathers.)
-        "aten::gather": "cf.assert in the loop body blocks the kernel mapping",
-        "aten::embedding": "cf.assert in the loop body blocks the kernel mapping",
         # TMTensor scatters lower to sequential loops (later updates win), which the
         # gpu stage has no kernel form for: an scf.for is left on the host.
         "aten::scatter": "TMTensor scatter: a sequential host loop",

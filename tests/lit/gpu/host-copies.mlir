@@ -44,3 +44,4 @@ func.func @copy$constant(%arg0: memref<2x3xf32>) {
 // CHECK: gpu.module
 // CHECK: memref.get_global @__constant_2x3xf32
 // CHECK: memref.global "private" constant @__constant_2x3xf32
+
