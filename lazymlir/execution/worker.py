@@ -37,17 +37,31 @@ _HEADER = struct.Struct("<Q")
 
 def write_message(stream, message) -> None:
     payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    stream.write(_HEADER.pack(len(payload)) + payload)
+    data = memoryview(_HEADER.pack(len(payload)) + payload)
+    while data:  # an unbuffered pipe may take part of it
+        data = data[stream.write(data):]
     stream.flush()
+
+
+def _read_exact(stream, size: int) -> bytes:
+    """`size` bytes, fewer only at end of stream (an unbuffered pipe returns short reads)."""
+    chunks, have = [], 0
+    while have < size:
+        chunk = stream.read(size - have)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        have += len(chunk)
+    return b"".join(chunks)
 
 
 def read_message(stream):
     """The next message, or None at end of stream (the other side is gone)."""
-    header = stream.read(_HEADER.size)
+    header = _read_exact(stream, _HEADER.size)
     if len(header) < _HEADER.size:
         return None
     (size,) = _HEADER.unpack(header)
-    payload = stream.read(size)
+    payload = _read_exact(stream, size)
     if len(payload) < size:
         return None
     return pickle.loads(payload)
@@ -90,8 +104,11 @@ class CompileWorker:
         env = dict(os.environ)
         env["LAZYMLIR_COMPILE_WORKER"] = "0"  # the worker compiles in its own process
         with os.fdopen(fd, "wb") as log_file:
+            # Unbuffered replies: the deadline wait selects on the pipe, which cannot see
+            # messages already read ahead into a buffer (a reply stuck there hung the
+            # client until the timeout while the worker waited for the next request).
             self._process = subprocess.Popen(
-                [sys.executable, "-m", self.module],
+                [sys.executable, "-m", self.module], bufsize=0,
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_file, env=env)
         self.starts += 1
         if self._metrics is not None:
