@@ -29,13 +29,14 @@ def resolve(requested: str) -> Target:
         problem = unavailable_reason(settings.runtime_lib, settings.cuda_driver)
         if problem is None:
             return CudaTarget.from_settings(settings)
-        if requested == "cuda" or settings.cuda_driver != "real":
-            where = ("no usable GPU" if settings.cuda_driver == "real" else
-                     f"the {settings.cuda_driver} driver is not usable")
+        if settings.cuda_driver != "real":
+            raise RuntimeError(f"LAZYMLIR_CUDA_DRIVER={settings.cuda_driver} is not usable: "
+                               f"{problem}")
+        if requested == "cuda":
             raise RuntimeError(
-                f"LAZYMLIR_TARGET={requested} LAZYMLIR_CUDA_DRIVER={settings.cuda_driver} but "
-                f"{where}: {problem}. Use LAZYMLIR_TARGET=cpu (or auto) on machines without "
-                f"a CUDA driver.")
+                f"LAZYMLIR_TARGET=cuda but no usable GPU: {problem}. "
+                f"Use LAZYMLIR_TARGET=cpu (or auto) on machines without a CUDA driver, or "
+                f"LAZYMLIR_CUDA_DRIVER=emulator to run the cuda target's kernels on the CPU.")
         return CpuTarget()
     raise ValueError(f"unknown target {requested!r}; use auto, cpu or cuda")
 
