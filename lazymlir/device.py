@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from . import module_moves
 from .execution import executor
 from .tracing import tracer
 from .tracing.materialize import mark_step, to_cpu
@@ -196,4 +197,5 @@ def register() -> None:
     _library.impl("arange.start", _arange_start, "PrivateUse1")
     _library.impl("_copy_from", _copy_from, "PrivateUse1")
     _install_printing()
+    module_moves.install()
     _registered = True
