@@ -69,6 +69,9 @@ irdl.dialect @lzrt {
   // `args` lists the kernel arguments in order: `unit` takes the next buffer operand
   // (passed as a device pointer), a typed i32/i64/f32/f64 attribute is a scalar. (IRDL
   // binds one type per variadic group, so scalars cannot be mixed in as operands.)
+  // `arg_bytes` (array<i64>, one per argument): the bytes the kernel may access from each
+  // pointer argument (0 for scalars, or unknown); the runtime checks caller buffers hold
+  // them.
   irdl.operation @launch {
     %mod_index = irdl.base "#builtin.integer"
     %shared = irdl.base "#builtin.integer"
@@ -77,10 +80,12 @@ irdl.dialect @lzrt {
     %grid = irdl.base "#builtin.dense_array"
     %block = irdl.base "#builtin.dense_array"
     %args = irdl.base "#builtin.array"
+    %arg_bytes = irdl.base "#builtin.dense_array"
     %buf = irdl.parametric @lzrt::@buffer<>
     irdl.attributes {
       "module_index" = %mod_index, "module" = %mod_name, "kernel" = %kernel,
-      "grid" = %grid, "block" = %block, "shared_bytes" = %shared, "args" = %args
+      "grid" = %grid, "block" = %block, "shared_bytes" = %shared, "args" = %args,
+      "arg_bytes" = %arg_bytes
     }
     irdl.operands(buffers: variadic %buf)
   }

@@ -6,6 +6,9 @@ back, what the disk cache keeps, and all a target needs to run the graph:
 
     cpu   executable.so                      (llvm stage -> llc -> cc)
     cuda  plan.txt + kernel<N>.ptx|.cubin    (ptx/cubin stage -> launch plan + images)
+          or plan.txt + kernel<N>.emulator    (for the emulator driver: the same gpu
+                                               modules built for the CPU from the gpu
+                                               stage, lowering/gpu_emulator.py)
 
 Targets load artifacts without importing any of lowering. `artifact.json`
 records each file's size and SHA-256, so a truncated or altered file (a full
@@ -21,8 +24,14 @@ from pathlib import Path
 FORMAT = 1
 
 
-def package(target: str, final_text: str, directory: Path) -> Path:
-    """Write the artifact for `target` from its last stage's text into `directory`."""
+def package(target: str, final_text: str, directory: Path,
+            emulator_source: str | None = None, emulator_verify: bool = False) -> Path:
+    """Write the artifact for `target` from its last stage's text into `directory`.
+
+    cuda: with `emulator_source` (the graph's `gpu`-stage text) the kernel images are
+    emulator images built from it (with runtime bounds checks if `emulator_verify`)
+    instead of the PTX/cubin of `final_text`; the launch plan is the same. Raises
+    LoweringError (stage "emulator") when the CPU build fails."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     manifest: dict = {"format": FORMAT, "target": target}
@@ -35,6 +44,8 @@ def package(target: str, final_text: str, directory: Path) -> Path:
         from .gpu_stages import executable_parts
 
         plan_text, kernels = executable_parts(final_text)
+        if emulator_source is not None:
+            kernels = _emulator_kernels(emulator_source, kernels, emulator_verify)
         (directory / "plan.txt").write_text(plan_text)
         manifest["kernels"] = []
         for index, (name, image, kind) in enumerate(kernels):
@@ -49,6 +60,23 @@ def package(target: str, final_text: str, directory: Path) -> Path:
     tmp.write_text(json.dumps(manifest))
     tmp.replace(directory / "artifact.json")
     return directory
+
+
+def _emulator_kernels(gpu_text: str, native: list, verify: bool) -> list:
+    from .errors import LoweringError
+    from .gpu_emulator import emulator_images_from_text
+    from .mlir_runner import PipelineFailure
+
+    try:
+        images = emulator_images_from_text(gpu_text, verify)
+    except (PipelineFailure, RuntimeError) as error:  # RuntimeError: llc/cc failed
+        raise LoweringError("emulator", "cuda", f"building the kernels for the CPU: {error}",
+                            None) from None
+    names = [name for name, _ in images]
+    if names != [name for name, _, _ in native]:  # the plan indexes modules by position
+        raise LoweringError("emulator", "cuda", f"emulator modules {names} differ from the "
+                            f"PTX modules {[n for n, _, _ in native]}", None)
+    return [(name, image, "emulator") for name, image in images]
 
 
 def file_digest(path: Path) -> str:

@@ -23,11 +23,12 @@ a block-sized buffer, and workgroup memory is a buffer per block (address spaces
 dropped: the CPU has one). Barriers inside control flow and private memory attributions
 are rejected (no generated kernel has them yet).
 
-Each gpu.module becomes one shared object (llc + cc, like the CPU target) exporting per
-kernel `void __lzemu_<k>(void **params, const int64_t ids[9])` (ids: block id, grid
-size, block size, each x/y/z) and `int32_t __lzemu_nargs_<k>`. The module image handed
-to `cuModuleLoadData` is `EMULATOR_MAGIC`, the .so size as a little-endian uint64 and
-the .so bytes.
+The gpu.modules of a graph are built into one shared object (llc + cc, like the CPU
+target; more only where their symbols clash), exporting per kernel
+`void __lzemu_<m>.<k>(void **params, const int64_t ids[9])` (m: its gpu.module; ids:
+block id, grid size, block size, each x/y/z) and `int32_t __lzemu_nargs_<m>.<k>`. The
+image handed to `cuModuleLoadData` for module m is `EMULATOR_MAGIC`, the .so size and
+the prefix (`<m>.`) size as little-endian uint64s, the prefix, then the .so bytes.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from .gpu_matmul import unroll_barrier_loops
 from .gpu_pipeline import GpuLoweringError, gpu_modules
 from .mlir_runner import PipelineFailure
 
-EMULATOR_MAGIC = b"LZEMU1\0\0"
+EMULATOR_MAGIC = b"LZEMU2\0\0"
 ENTRY_PREFIX = "__lzemu_"
 BODY_PREFIX = "__lzemu_body_"
 NARGS_PREFIX = "__lzemu_nargs_"
@@ -102,8 +103,9 @@ def _inside(op, ancestor) -> bool:
     return False
 
 
-def _kernel_to_func(kernel, module: ir.Module) -> tuple[str, list[ir.Type]]:
-    """Build `@__lzemu_body_<k>` in `module` from gpu.func `kernel` (whose ops it takes).
+def _kernel_to_func(kernel, module: ir.Module, prefix: str = "") -> tuple[str, list[ir.Type]]:
+    """Build `@__lzemu_body_<prefix><k>` in `module` from gpu.func `kernel` (whose ops it
+    takes); returns (`<prefix><k>`, the kernel's argument types).
 
     Top-level `gpu.barrier`s split the body into phases, each its own loop nest over
     the block's threads (loop fission, as in Polygeist's CPUify): every thread finishes
@@ -128,7 +130,7 @@ def _kernel_to_func(kernel, module: ir.Module) -> tuple[str, list[ir.Type]]:
                                f"which the emulator does not support yet")
     index = ir.IndexType.get()
     with ir.InsertionPoint(module.body):
-        new = func.FuncOp(BODY_PREFIX + name, (inputs + [index] * 9, []))
+        new = func.FuncOp(BODY_PREFIX + prefix + name, (inputs + [index] * 9, []))
         new.attributes["sym_visibility"] = ir.StringAttr.get("private")
         entry = new.add_entry_block()
     args = list(entry.arguments)
@@ -182,7 +184,7 @@ def _kernel_to_func(kernel, module: ir.Module) -> tuple[str, list[ir.Type]]:
             raise GpuLoweringError(f"emulator: kernel @{name} uses '{op}'"
                                    + (" inside control flow (only top-level barriers are "
                                       "supported)" if op == "gpu.barrier" else ""))
-    return name, inputs
+    return prefix + name, inputs
 
 
 def _keep_values_per_thread(nests, block_dim, threads) -> None:
@@ -274,8 +276,9 @@ def _wrapper(name: str, inputs: list[ir.Type]) -> str:
     return "\n".join(lines)
 
 
-def emulation_module(gpu_module, verify: bool = False) -> str:
-    """LLVM-dialect text of the CPU build of one gpu.module (consumes its ops)."""
+def emulation_module(gpu_module, verify: bool = False, prefix: str = "") -> str:
+    """LLVM-dialect text of the CPU build of one gpu.module (consumes its ops); the
+    kernels' symbols are named `__lzemu_<prefix><kernel>` (see `symbol_prefix`)."""
     context = gpu_module.context
     with context, ir.Location.unknown(context):
         module = ir.Module.create()
@@ -286,7 +289,7 @@ def emulation_module(gpu_module, verify: bool = False) -> str:
                 if "gpu.kernel" not in op.attributes:
                     raise GpuLoweringError("emulator: device functions (non-kernel gpu.func) "
                                            "are not supported")
-                kernels.append(_kernel_to_func(op, module))
+                kernels.append(_kernel_to_func(op, module, prefix))
             elif kind == "memref.global":
                 op.operation.clone(ip=ir.InsertionPoint(module.body))
             else:
@@ -306,21 +309,68 @@ def emulation_module(gpu_module, verify: bool = False) -> str:
 def emulator_images(module: ir.Module, verify: bool = False) -> list[tuple[str, bytes]]:
     """(gpu.module name, emulator image) for every gpu.module of a `gpu`/`plan`-stage
     module, in body order (the plan's module index). Consumes the kernels' ops. Kernels
-    with workgroup memory must come through `emulator_images_from_text`."""
+    with workgroup memory must come through `emulator_images_from_text`.
+
+    The modules are merged into as few shared objects as their symbols allow (usually
+    one per graph, shared by all its modules: a training step has 100+ gpu.modules, and
+    a build is four tool runs)."""
     from .cpu_codegen import build_shared_object
 
-    lowered = [(ir.StringAttr(gm.attributes["sym_name"]).value, emulation_module(gm, verify))
-               for gm in gpu_modules(module)]
+    names = [ir.StringAttr(gm.attributes["sym_name"]).value for gm in gpu_modules(module)]
+    lowered = [emulation_module(gm, verify, symbol_prefix(name))
+               for gm, name in zip(gpu_modules(module), names)]
+    groups, owner = _merge(lowered, module.context)
 
     def build(llvm_text: str) -> bytes:
         with tempfile.TemporaryDirectory(prefix="lazymlir-emu-") as tmp:
-            so = Path(build_shared_object(llvm_text, Path(tmp))).read_bytes()
-        return EMULATOR_MAGIC + struct.pack("<Q", len(so)) + so
+            return Path(build_shared_object(llvm_text, Path(tmp))).read_bytes()
 
-    # mlir-translate, llc and cc run as child processes: build the modules side by side.
+    # mlir-translate, llc and cc run as child processes: build the groups side by side.
     with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
-        images = list(pool.map(build, [text for _, text in lowered]))
-    return [(name, image) for (name, _), image in zip(lowered, images)]
+        objects = list(pool.map(build, groups))
+    return [(name, image(objects[owner[i]], symbol_prefix(name)))
+            for i, name in enumerate(names)]
+
+
+def symbol_prefix(module_name: str) -> str:
+    """Kernel names repeat across gpu.modules (`@main_kernel_3::@main_kernel`): a shared
+    object holding several modules names each kernel after its module too."""
+    return f"{module_name}."
+
+
+def image(shared_object: bytes, prefix: str) -> bytes:
+    """The module image: magic, uint64 .so size, uint64 prefix size, prefix, .so."""
+    data = prefix.encode()
+    return (EMULATOR_MAGIC + struct.pack("<QQ", len(shared_object), len(data)) + data
+            + shared_object)
+
+
+def _merge(lowered: list[str], context) -> tuple[list[str], list[int]]:
+    """LLVM-dialect modules -> merged module texts and, per input, its merged module.
+    A symbol defined twice the same way (a declaration of `expf`, a constant two kernels
+    read) is kept once; a module whose symbol differs from one already in a group starts
+    or joins another group."""
+    groups: list[tuple[dict[str, str], list[str]]] = []  # (symbol -> op text, op texts)
+    owner = []
+    for text in lowered:
+        with context:
+            ops = [(ir.StringAttr(op.attributes["sym_name"]).value
+                    if "sym_name" in op.attributes else None, str(op))
+                   for op in ir.Module.parse(text).body.operations]
+        fits = (g for g, (symbols, _) in enumerate(groups)
+                if all(name is None or symbols.get(name, op) == op for name, op in ops))
+        g = next(fits, None)
+        if g is None:
+            groups.append(({}, []))
+            g = len(groups) - 1
+        symbols, body = groups[g]
+        for name, op in ops:
+            if name is None or name not in symbols:
+                body.append(op)
+            if name is not None:
+                symbols[name] = op
+        owner.append(g)
+    return ["module {\n" + "\n".join(body) + "\n}\n" for _, body in groups], owner
 
 
 def emulator_images_from_text(text: str, verify: bool = False) -> list[tuple[str, bytes]]:

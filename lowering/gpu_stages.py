@@ -26,8 +26,8 @@ import shutil
 import subprocess
 import tempfile
 
-from mlir import ir
-from mlir.dialects import gpu
+from mlir import ir, passmanager
+from mlir.dialects import arith, cf, gpu
 
 from . import gpu_pipeline, launch_plan
 from .lzrt_dialect import load_lzrt
@@ -58,9 +58,94 @@ def _has_plan(module: ir.Module) -> bool:
                and "lzrt." in str(f) for f in _funcs(module))
 
 
+def host_copies_to_linalg(module: ir.Module) -> None:
+    """Host `memref.copy`s the launch plan cannot do become `linalg.copy`, which the gpu
+    lowering turns into a kernel: copies between views that are not one contiguous byte
+    range each (`x[:, 1:]` copied out whole), and copies of a constant
+    (`memref.get_global`: the plan cannot upload data, the kernel reads the global)."""
+    from mlir.dialects import linalg
+
+    with module.context, ir.Location.unknown(module.context):
+        for op in list(gpu_pipeline.host_func(module).regions[0].blocks[0].operations):
+            if op.operation.name != "memref.copy":
+                continue
+            src, dst = op.operands
+            constant = (isinstance(src, ir.OpResult)
+                        and src.owner.operation.name == "memref.get_global")
+            if (not constant and launch_plan.is_contiguous(src.type)
+                    and launch_plan.is_contiguous(dst.type)):
+                continue
+            with ir.InsertionPoint(op):
+                linalg.copy(src, outs=[dst])
+            op.operation.erase()
+
+
+_ASSERT_MARK = "lazymlir.assert:"
+
+
+def _walk_named(op, name: str) -> list:
+    found = []
+
+    def visit(o):
+        if o.name == name:
+            found.append(o)
+        return ir.WalkResult.ADVANCE
+
+    op.operation.walk(visit)
+    return found
+
+
+def hide_asserts(module: ir.Module) -> None:
+    """`cf.assert %ok, "msg"` (torch-mlir's index bounds checks in gather/embedding
+    loops) -> `scf.if %bad { gpu.printf "lazymlir.assert:msg" }`: upstream
+    convert-parallel-loops-to-gpu leaves a loop holding a cf.assert on the host, but
+    carries this form into the kernel, where `restore_asserts` turns it back."""
+    from mlir.dialects import gpu as gpu_d
+    from mlir.dialects import scf
+
+    with module.context, ir.Location.unknown(module.context):
+        for op in _walk_named(module, "cf.assert"):
+            ok = op.operands[0]
+            message = ir.StringAttr(op.attributes["msg"]).value
+            with ir.InsertionPoint(op), op.location:
+                true = arith.ConstantOp(ok.type, 1).result
+                bad = arith.XOrIOp(ok, true).result
+                branch = scf.IfOp(bad)
+                with ir.InsertionPoint(branch.then_block):
+                    gpu_d.printf(_ASSERT_MARK + message)
+                    scf.YieldOp([])
+            op.operation.erase()
+
+
+def restore_asserts(module: ir.Module) -> None:
+    """Inverse of `hide_asserts`, wherever the ops went (kernels, or the host): a
+    failing check is a device-side assert (`__assertfail` in PTX, as in CUDA PyTorch;
+    an abort naming the check on the emulator and the CPU)."""
+    with module.context, ir.Location.unknown(module.context):
+        for op in _walk_named(module, "gpu.printf"):
+            fmt = ir.StringAttr(op.attributes["format"]).value
+            branch = op.parent
+            if not fmt.startswith(_ASSERT_MARK) or branch.name != "scf.if":
+                continue
+            with ir.InsertionPoint(branch), branch.location:
+                bad = branch.operands[0]
+                ok = arith.XOrIOp(bad, arith.ConstantOp(bad.type, 1).result).result
+                cf.AssertOp(ok, fmt[len(_ASSERT_MARK):])
+            branch.erase()
+
+
 def to_gpu(text: str, options) -> ir.Module:
     """`bufferized` -> `gpu`."""
-    return parse(text, lambda m: gpu_pipeline.to_gpu(m, gpu_options(options)))
+    def run(module):
+        host_copies_to_linalg(module)
+        hide_asserts(module)
+        gpu_pipeline.to_gpu(module, gpu_options(options))
+        restore_asserts(module)
+        # Constants now read inside kernels were copied into their gpu.modules by the
+        # outlining; the host's private memref.globals are left unused.
+        passmanager.PassManager.parse("builtin.module(symbol-dce)",
+                                      module.context).run(module.operation)
+    return parse(text, run)
 
 
 def _replace_host_with_plan(module: ir.Module) -> None:
@@ -165,7 +250,7 @@ def executable_parts(text: str) -> tuple[str, list[tuple[str, bytes, str]]]:
     """
     module = parse(text)
     kernels = _kernel_objects(module)
-    if not kernels:
+    if not kernels and not _has_plan(module):  # a plan of copies only has no kernels
         raise PipelineFailure("no gpu.binary in the input: expected `ptx` or `cubin` stage text")
     with module.context:
         if _has_plan(module):

@@ -53,6 +53,8 @@ class Op:
     kind: str  # "alloc" | "free" | "copy" | "memset" | "launch"
     slot: int = -1
     src: int = -1
+    offset: int = 0      # copy: byte offset into the destination slot
+    src_offset: int = 0  # copy: byte offset into the source slot
     nbytes: int = 0
     byte: int = 0
     module_index: int = 0
@@ -69,7 +71,9 @@ class Op:
         if self.kind == "free":
             return f"free {self.slot}"
         if self.kind == "copy":
-            return f"copy {self.slot} {self.src} {self.nbytes}"
+            dst = f"{self.slot}" + (f"+{self.offset}" if self.offset else "")
+            src = f"{self.src}" + (f"+{self.src_offset}" if self.src_offset else "")
+            return f"copy {dst} {src} {self.nbytes}"
         if self.kind == "memset":
             return f"memset {self.slot} {self.byte} {self.nbytes}"
         dims = " ".join(str(d) for d in (*self.grid, *self.block))
@@ -120,7 +124,7 @@ def _static_offset(t: ir.Type) -> int:
     return offset
 
 
-def _contiguous(t: ir.Type) -> bool:
+def is_contiguous(t: ir.Type) -> bool:
     """Row-major dense layout, whatever its offset (a whole-buffer copy is possible)."""
     mt = ir.MemRefType(t)
     strides, _ = mt.get_strides_and_offset()
@@ -252,10 +256,14 @@ class _Extractor:
             (s, so), (d, do) = self.slot_of(op.operands[0], op), self.slot_of(op.operands[1], op)
             nbytes = memref_nbytes(op.operands[0].type)
             src_t, dst_t = op.operands[0].type, op.operands[1].type
-            if so or do or not _contiguous(src_t) or not _contiguous(dst_t):
-                raise GpuLoweringError(f"memref.copy of a strided view is not a whole-buffer "
-                                       f"copy: {op}")
-            self.plan.ops.append(Op("copy", slot=d, src=s, nbytes=nbytes))
+            # A dense view (a block of rows, a chunk along the first dim) is one byte
+            # range at its offset; the gpu stage makes other copies kernels
+            # (gpu_stages.host_copies_to_linalg).
+            if not is_contiguous(src_t) or not is_contiguous(dst_t):
+                raise GpuLoweringError(f"memref.copy of a strided view is not a contiguous "
+                                       f"byte range: {op}")
+            self.plan.ops.append(Op("copy", slot=d, src=s, nbytes=nbytes, offset=do,
+                                    src_offset=so))
         elif name == "gpu.memset":
             slot, off = self.slot_of(op.operands[0], op)
             value = op.operands[1]
@@ -377,7 +385,7 @@ def plan_to_lzrt_text(plan: Plan) -> str:
         elif op.kind == "free":
             lines.append(f'"lzrt.free"({name[op.slot]}) : ({buf}) -> ()')
         elif op.kind == "copy":
-            lines.append(f'"lzrt.copy"({name[op.slot]}, {name[op.src]}) '
+            lines.append(f'"lzrt.copy"({ref(op.slot, op.offset)}, {ref(op.src, op.src_offset)}) '
                          f"{{nbytes = {_i64(op.nbytes)}}} : ({buf}, {buf}) -> ()")
         elif op.kind == "memset":
             lines.append(f'"lzrt.memset"({name[op.slot]}) {{value = {_i64(op.byte)}, '
@@ -391,8 +399,8 @@ def plan_to_lzrt_text(plan: Plan) -> str:
                 f'{_i64(op.module_index)}, module = "{op.module}", kernel = "{op.kernel}", '
                 f"grid = array<i64: {', '.join(map(str, op.grid))}>, "
                 f"block = array<i64: {', '.join(map(str, op.block))}>, "
-                f"shared_bytes = {_i64(op.shared_bytes)}, args = [{args}]"
-                + (f", arg_bytes = array<i64: {sizes}>" if sizes else "") + "} : "
+                f"shared_bytes = {_i64(op.shared_bytes)}, args = [{args}], "
+                f"arg_bytes = array<i64{': ' + sizes if sizes else ''}>}} : "
                 f"({', '.join([buf] * len(operands))}) -> ()"
             )
     body = "\n".join("  " + line for line in lines + ["func.return"])
@@ -436,8 +444,8 @@ def lzrt_to_plan(module: ir.Module) -> Plan:
         elif name == "lzrt.free":
             plan.ops.append(Op("free", slot=slot_of[op.operands[0]][0]))
         elif name == "lzrt.copy":
-            plan.ops.append(Op("copy", slot=slot_of[op.operands[0]][0],
-                               src=slot_of[op.operands[1]][0],
+            (dst, dst_off), (src, src_off) = slot_of[op.operands[0]], slot_of[op.operands[1]]
+            plan.ops.append(Op("copy", slot=dst, src=src, offset=dst_off, src_offset=src_off,
                                nbytes=ir.IntegerAttr(attr["nbytes"]).value))
         elif name == "lzrt.memset":
             plan.ops.append(Op("memset", slot=slot_of[op.operands[0]][0],

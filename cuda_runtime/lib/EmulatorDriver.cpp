@@ -5,13 +5,16 @@
 // synchronous); what differs:
 //
 // * cuModuleLoadData takes an emulator image instead of PTX/cubin: the magic
-//   "LZEMU1\0\0", a little-endian uint64 byte count, then a shared object
-//   built by lowering/gpu_emulator.py from the same gpu-stage kernels the PTX
-//   comes from. It is written to a temporary file and dlopen'ed.
-// * cuModuleGetFunction(name) finds `__lzemu_<name>`, which runs one block:
-//   `void(void **params, const int64_t ids[9])` with ids = block id (x,y,z),
-//   grid size, block size. `__lzemu_nargs_<name>` (int32) is its parameter
-//   count, checked against the null-terminated params of every launch.
+//   "LZEMU2\0\0", the byte counts of a shared object and of a symbol prefix
+//   (little-endian uint64s), the prefix, then the shared object, built by
+//   lowering/gpu_emulator.py from the same gpu-stage kernels the PTX comes
+//   from (one .so may hold all modules of a graph; the prefix names the
+//   module's kernels). It is written to a temporary file and dlopen'ed.
+// * cuModuleGetFunction(name) finds `__lzemu_<prefix><name>`, which runs one
+//   block: `void(void **params, const int64_t ids[9])` with ids = block id
+//   (x,y,z), grid size, block size. `__lzemu_nargs_<prefix><name>` (int32) is
+//   its parameter count, checked against the null-terminated params of every
+//   launch.
 // * cuLaunchKernel runs every block of the grid, in order or (option) in
 //   reverse order to expose order dependence between blocks.
 // * The allocator poisons every allocation it hands out (bytes 0xFF: NaN for
@@ -39,7 +42,7 @@
 namespace lzrt {
 namespace {
 
-constexpr char kMagic[8] = {'L', 'Z', 'E', 'M', 'U', '1', '\0', '\0'};
+constexpr char kMagic[8] = {'L', 'Z', 'E', 'M', 'U', '2', '\0', '\0'};
 constexpr CUresult kInvalidImage = 200; // CUDA_ERROR_INVALID_IMAGE
 constexpr CUresult kInvalidHandle = 400;
 constexpr CUresult kLaunchFailed = 719;
@@ -54,6 +57,7 @@ struct EmuFunction {
 
 struct EmuModule {
   void *handle = nullptr;
+  std::string prefix; // of its kernels' symbols
   std::deque<EmuFunction> functions; // deque: handles stay valid
 };
 
@@ -78,15 +82,19 @@ CUresult emuModuleLoadData(CUmodule *module, const void *image) {
   const auto *bytes = static_cast<const char *>(image);
   if (!image || std::memcmp(bytes, kMagic, sizeof kMagic) != 0)
     return kInvalidImage; // PTX or cubin: the emulator needs its CPU build
-  uint64_t size = 0;
+  uint64_t size = 0, prefixSize = 0;
   std::memcpy(&size, bytes + sizeof kMagic, sizeof size);
+  std::memcpy(&prefixSize, bytes + sizeof kMagic + sizeof size, sizeof prefixSize);
+  if (prefixSize > 4096)
+    return kInvalidImage;
+  const char *prefix = bytes + sizeof kMagic + 2 * sizeof size;
   const char *tmpdir = std::getenv("TMPDIR");
   std::string path = std::string(tmpdir && *tmpdir ? tmpdir : "/tmp") +
                      "/lazymlir-emu-XXXXXX.so";
   int fd = mkstemps(path.data(), 3);
   if (fd < 0)
     return kInvalidImage;
-  const char *data = bytes + sizeof kMagic + sizeof size;
+  const char *data = prefix + prefixSize;
   bool written = true;
   for (uint64_t done = 0; done < size;) {
     ssize_t n = write(fd, data + done, size - done);
@@ -103,6 +111,7 @@ CUresult emuModuleLoadData(CUmodule *module, const void *image) {
     return kInvalidImage;
   auto *mod = new EmuModule;
   mod->handle = handle;
+  mod->prefix.assign(prefix, prefixSize);
   EmuState &s = emuState();
   std::lock_guard<std::mutex> lock(s.mutex);
   s.modules.insert(mod);
@@ -117,9 +126,9 @@ CUresult emuModuleGetFunction(CUfunction *fn, CUmodule module,
   auto *mod = reinterpret_cast<EmuModule *>(module);
   if (!s.modules.count(mod))
     return kInvalidHandle;
-  std::string entry = std::string("__lzemu_") + name;
-  void *sym = dlsym(mod->handle, entry.c_str());
-  void *count = dlsym(mod->handle, ("__lzemu_nargs_" + std::string(name)).c_str());
+  std::string symbol = mod->prefix + name;
+  void *sym = dlsym(mod->handle, ("__lzemu_" + symbol).c_str());
+  void *count = dlsym(mod->handle, ("__lzemu_nargs_" + symbol).c_str());
   if (!sym || !count)
     return CUDA_ERROR_NOT_FOUND;
   mod->functions.push_back({name, reinterpret_cast<EmuEntry>(sym),

@@ -172,11 +172,23 @@ std::unique_ptr<Plan> Plan::parse(const std::string &text) {
       } else if (op == "copy") {
         expectCount(4);
         o.kind = PlanOp::Copy;
-        o.dst = usable(slotIndex(tok[1]));
-        o.src = usable(slotIndex(tok[2]));
+        // `<slot>[+<byte offset>]`: a contiguous view of a slot.
+        auto slotRef = [&](const std::string &ref, uint64_t &offset) {
+          size_t plus = ref.find('+');
+          uint32_t slot = usable(slotIndex(ref.substr(0, plus)));
+          offset = plus == std::string::npos
+                       ? 0
+                       : parseUnsigned(ref.substr(plus + 1), UINT64_MAX,
+                                       "copy offset");
+          return slot;
+        };
+        o.dst = slotRef(tok[1], o.dstOffset);
+        o.src = slotRef(tok[2], o.srcOffset);
         o.bytes = parseUnsigned(tok[3], UINT64_MAX, "byte count");
-        checkBytes(o.dst, o.bytes);
-        checkBytes(o.src, o.bytes);
+        if (o.bytes > UINT64_MAX - std::max(o.dstOffset, o.srcOffset))
+          throw LineError{"copy extent overflows"};
+        checkBytes(o.dst, o.dstOffset + o.bytes);
+        checkBytes(o.src, o.srcOffset + o.bytes);
       } else if (op == "memset") {
         expectCount(4);
         o.kind = PlanOp::Memset;
@@ -375,7 +387,8 @@ void Plan::run(const DriverApi &api, CachingAllocator &allocator,
         break;
       case PlanOp::Copy:
         check(api,
-              api.cuMemcpyDtoDAsync(ptrs[o.dst], ptrs[o.src], o.bytes, stream),
+              api.cuMemcpyDtoDAsync(ptrs[o.dst] + o.dstOffset,
+                                    ptrs[o.src] + o.srcOffset, o.bytes, stream),
               "cuMemcpyDtoDAsync_v2");
         break;
       case PlanOp::Memset:

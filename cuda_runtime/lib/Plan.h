@@ -35,6 +35,7 @@ struct PlanOp {
   uint32_t dst = 0;   // slot; Launch: kernel index
   uint32_t src = 0;   // Copy: source slot; Memset: byte value
   uint64_t bytes = 0; // Alloc, Copy, Memset
+  uint64_t dstOffset = 0, srcOffset = 0; // Copy: byte offsets into the slots
   uint32_t grid[3] = {}, block[3] = {}, sharedBytes = 0;
   uint32_t firstArg = 0, numArgs = 0; // into Plan::args
 };

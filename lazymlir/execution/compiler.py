@@ -27,6 +27,9 @@ class CompileOptions:
     repro_dir: str | None = None      # where a failing stage's input is written (TMPDIR)
     dump_dir: str | None = None       # write <dump_dir>/<NN>-<stage>.<ext> + manifest.json
     sync_location: str = "<unknown>"  # the user's line that caused this compile (manifest)
+    # "native", or "emulator"/"emulator-verify": the artifact holds CPU builds of the
+    # gpu-stage kernels for the emulator driver (Target.kernel_images)
+    kernel_images: str = "native"
 
     def stage_options(self) -> stages.Options:
         return stages.Options(target=self.target, chip=self.chip,
@@ -69,10 +72,13 @@ def compile_graph(fx_text: str, key: str, options: CompileOptions, out_dir: str,
     timings: dict[str, float] = {}
     began = time.perf_counter()
     dumps.write(f"00-fx.{stages.stage('fx').ext}", fx_text)
+    kept: dict[str, str] = {}  # the gpu stage's text, for emulator images
 
     def on_stage(record: stages.StageRecord) -> None:
         timings[record.name] = record.seconds
         dumps.write(f"{names.index(record.name):02d}-{record.name}.{record.ext}", record.text)
+        if record.name == "gpu" and options.kernel_images != "native":
+            kept["gpu"] = record.text
 
     try:
         result = stages.run_stages(fx_text, options.stage_options(), start="fx",
@@ -82,7 +88,12 @@ def compile_graph(fx_text: str, key: str, options: CompileOptions, out_dir: str,
     if on_start is not None:
         on_start("package")
     package_began = time.perf_counter()
-    artifacts.package(options.target, result.text, Path(out_dir))
+    try:
+        artifacts.package(options.target, result.text, Path(out_dir),
+                          emulator_source=kept.get("gpu"),
+                          emulator_verify=options.kernel_images == "emulator-verify")
+    except LoweringError as error:
+        raise _compile_error(error) from None
     timings["package"] = time.perf_counter() - package_began
     timings["total"] = time.perf_counter() - began
     if dumps.folder is not None:

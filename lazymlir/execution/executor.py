@@ -117,7 +117,8 @@ def _options(current, target, key: str | None) -> CompileOptions:
     return CompileOptions(
         target=target.name, chip=settings.cuda_chip, repro_dir=settings.repro_dir,
         dump_dir=str(Path(root) / key) if root and key else None,
-        sync_location=_sync_location() if root else "<unknown>")
+        sync_location=_sync_location() if root else "<unknown>",
+        kernel_images=target.kernel_images)
 
 
 def _worker(current) -> CompileWorker:

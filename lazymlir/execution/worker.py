@@ -38,20 +38,21 @@ _HEADER = struct.Struct("<Q")
 def write_message(stream, message) -> None:
     payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
     data = memoryview(_HEADER.pack(len(payload)) + payload)
-    while data:  # a raw (unbuffered) stream may write part of it
+    while data:  # an unbuffered pipe may take part of it
         data = data[stream.write(data):]
     stream.flush()
 
 
 def _read_exact(stream, size: int) -> bytes:
-    """`size` bytes, fewer only at end of stream (a raw stream returns what is there)."""
-    data = b""
-    while len(data) < size:
-        chunk = stream.read(size - len(data))
+    """`size` bytes, fewer only at end of stream (an unbuffered pipe returns short reads)."""
+    chunks, have = [], 0
+    while have < size:
+        chunk = stream.read(size - have)
         if not chunk:
             break
-        data += chunk
-    return data
+        chunks.append(chunk)
+        have += len(chunk)
+    return b"".join(chunks)
 
 
 def read_message(stream):
@@ -103,9 +104,9 @@ class CompileWorker:
         env = dict(os.environ)
         env["LAZYMLIR_COMPILE_WORKER"] = "0"  # the worker compiles in its own process
         with os.fdopen(fd, "wb") as log_file:
-            # Unbuffered: a buffered reader could hold the next message (the
-            # "ok" that followed a "stage") where select() on the pipe cannot see
-            # it, and the request would wait for its deadline.
+            # Unbuffered replies: the deadline wait selects on the pipe, which cannot see
+            # messages already read ahead into a buffer (a reply stuck there hung the
+            # client until the timeout while the worker waited for the next request).
             self._process = subprocess.Popen(
                 [sys.executable, "-m", self.module], bufsize=0,
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_file, env=env)

@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass, fields
 
 _TARGETS = ("auto", "cpu", "cuda")
+_CUDA_DRIVERS = ("real", "emulator", "fake")
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 _FALLBACK = ("warn", "silent", "error")
 _BOOLS = {"1": True, "true": True, "yes": True, "on": True,
@@ -32,6 +33,12 @@ class Settings:
     compile_timeout: int = 900    # LAZYMLIR_COMPILE_TIMEOUT: seconds before a compile is abandoned
     bounds_checks: bool = True    # LAZYMLIR_BOUNDS_CHECKS: 0 drops the index/zero-divisor checks
     debug: bool = False           # LAZYMLIR_DEBUG: log each compile's cause and each fallback
+    # LAZYMLIR_CUDA_DRIVER: what the cuda target runs on: real (libcuda.so.1), emulator
+    # (every kernel runs on the CPU), fake (host memory, launches recorded, no kernel runs)
+    cuda_driver: str = "real"
+    cuda_sync: bool = False       # LAZYMLIR_CUDA_SYNC: synchronize after every kernel launch
+    emulator_verify: bool = False  # LAZYMLIR_CUDA_EMULATOR_VERIFY: bounds-check every access
+    emulator_reverse: bool = False  # LAZYMLIR_CUDA_EMULATOR_REVERSE: run blocks last to first
 
 
 _ENV = {
@@ -48,8 +55,13 @@ _ENV = {
     "compile_timeout": "LAZYMLIR_COMPILE_TIMEOUT",
     "bounds_checks": "LAZYMLIR_BOUNDS_CHECKS",
     "debug": "LAZYMLIR_DEBUG",
+    "cuda_driver": "LAZYMLIR_CUDA_DRIVER",
+    "cuda_sync": "LAZYMLIR_CUDA_SYNC",
+    "emulator_verify": "LAZYMLIR_CUDA_EMULATOR_VERIFY",
+    "emulator_reverse": "LAZYMLIR_CUDA_EMULATOR_REVERSE",
 }
-_CHOICES = {"target": _TARGETS, "log_level": _LOG_LEVELS, "fallback": _FALLBACK}
+_CHOICES = {"target": _TARGETS, "log_level": _LOG_LEVELS, "fallback": _FALLBACK,
+            "cuda_driver": _CUDA_DRIVERS}
 
 
 
@@ -75,4 +87,9 @@ def from_env() -> Settings:
         choices = _CHOICES.get(f.name)
         if choices and values[f.name] not in choices:
             raise ValueError(f"{_ENV[f.name]}={raw!r} is not one of: {', '.join(choices)}")
-    return Settings(**values)
+    settings = Settings(**values)
+    for name in ("emulator_verify", "emulator_reverse"):
+        if getattr(settings, name) and settings.cuda_driver != "emulator":
+            raise ValueError(f"{_ENV[name]}=1 needs LAZYMLIR_CUDA_DRIVER=emulator "
+                             f"(it is {settings.cuda_driver!r})")
+    return settings

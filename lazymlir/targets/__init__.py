@@ -6,6 +6,9 @@
 
 `active()` resolves LAZYMLIR_TARGET once per session: `auto` picks cuda where a
 GPU and driver are usable, else cpu; `cuda` fails loudly without one.
+LAZYMLIR_CUDA_DRIVER picks what the cuda target runs on: `real` (libcuda.so.1),
+`emulator` (kernels run on the CPU: how CI checks the cuda target without a GPU) or
+`fake` (no kernel runs). The last two are always usable, so with them `auto` means cuda.
 """
 
 from __future__ import annotations
@@ -23,13 +26,17 @@ def resolve(requested: str) -> Target:
         return CpuTarget()
     if requested in ("auto", "cuda"):
         settings = session.current().settings
-        problem = unavailable_reason(settings.runtime_lib)
+        problem = unavailable_reason(settings.runtime_lib, settings.cuda_driver)
         if problem is None:
-            return CudaTarget(runtime_lib=settings.runtime_lib, chip=settings.cuda_chip)
+            return CudaTarget.from_settings(settings)
+        if settings.cuda_driver != "real":
+            raise RuntimeError(f"LAZYMLIR_CUDA_DRIVER={settings.cuda_driver} is not usable: "
+                               f"{problem}")
         if requested == "cuda":
             raise RuntimeError(
                 f"LAZYMLIR_TARGET=cuda but no usable GPU: {problem}. "
-                f"Use LAZYMLIR_TARGET=cpu (or auto) on machines without a CUDA driver.")
+                f"Use LAZYMLIR_TARGET=cpu (or auto) on machines without a CUDA driver, or "
+                f"LAZYMLIR_CUDA_DRIVER=emulator to run the cuda target's kernels on the CPU.")
         return CpuTarget()
     raise ValueError(f"unknown target {requested!r}; use auto, cpu or cuda")
 

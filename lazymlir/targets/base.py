@@ -34,6 +34,10 @@ class Executable(ABC):
 
 class Target(ABC):
     name: str
+    # What the compiler puts in this target's artifacts besides the target's own code:
+    # "native" (PTX for cuda), or "emulator"/"emulator-verify" (CPU builds of the kernels
+    # for the emulator driver; lowering/artifacts.py).
+    kernel_images: str = "native"
 
     @abstractmethod
     def upload(self, cpu: torch.Tensor):

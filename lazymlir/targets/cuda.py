@@ -2,9 +2,15 @@
 
 The artifact folder (written by lowering/artifacts.py) holds `plan.txt` (the
 launch plan in the runtime's text format) and one kernel image per gpu.module
-(`kernel<N>.ptx` or `.cubin`), listed in `artifact.json`. Nothing here parses
-compiler IR: the runtime (cuda_runtime/, bound in cuda_driver.py) executes the
+(`kernel<N>.ptx` or `.cubin`; `kernel<N>.emulator`, the CPU build of the same kernels,
+when the target runs on the emulator driver), listed in `artifact.json`. Nothing here
+parses compiler IR: the runtime (cuda_runtime/, bound in cuda_driver.py) executes the
 plan.
+
+The driver (LAZYMLIR_CUDA_DRIVER) is `real` (libcuda.so.1), `emulator` (every kernel
+runs on the CPU, fresh allocations are NaN-poisoned: docs/cuda_runtime.md) or `fake`
+(host memory, launches recorded, no kernel runs: results are meaningless; for the
+runtime's own bookkeeping).
 """
 
 from __future__ import annotations
@@ -16,13 +22,18 @@ from pathlib import Path
 import torch
 
 from .base import Executable, OutputMetas, Target
-from .cuda_driver import CudaRuntime, LaunchPlan
+from .cuda_driver import CudaRuntime, LaunchPlan, emulator
+
+DRIVERS = ("real", "emulator", "fake")
 
 
 @cache
-def _runtime_or_error(runtime_lib: str | None = None):
+def _runtime_or_error(runtime_lib: str | None = None, driver: str = "real"):
+    if driver not in DRIVERS:
+        raise ValueError(f"unknown CUDA driver {driver!r}; use {', '.join(DRIVERS)}")
     try:
-        runtime = CudaRuntime.create(library=runtime_lib)
+        runtime = CudaRuntime.create(library=runtime_lib, fake=driver == "fake",
+                                     emulator=driver == "emulator")
         if runtime.device_count() < 1:
             return None, "the CUDA driver reports no devices"
         return runtime, None
@@ -30,13 +41,14 @@ def _runtime_or_error(runtime_lib: str | None = None):
         return None, str(error)
 
 
-def unavailable_reason(runtime_lib: str | None = None) -> str | None:
-    """None when a CUDA device is usable, else why not."""
-    return _runtime_or_error(runtime_lib)[1]
+def unavailable_reason(runtime_lib: str | None = None, driver: str = "real") -> str | None:
+    """None when a CUDA device is usable (on `driver`), else why not."""
+    return _runtime_or_error(runtime_lib, driver)[1]
 
 
-def runtime(runtime_lib: str | None = None) -> CudaRuntime:
-    rt, problem = _runtime_or_error(runtime_lib)
+def runtime(runtime_lib: str | None = None, driver: str = "real") -> CudaRuntime:
+    """The process's runtime on `driver` (one per library and driver)."""
+    rt, problem = _runtime_or_error(runtime_lib, driver)
     if rt is None:
         raise RuntimeError(f"no usable CUDA device: {problem}")
     return rt
@@ -58,6 +70,13 @@ class CudaExecutable(Executable):
         self.kernels = kernels
         self.output_metas = output_metas
         self.runtime = rt
+        emulator = rt.device_info()["emulator"]
+        for name, _, kind in kernels:
+            if (kind == "emulator") != emulator:
+                raise ValueError(
+                    f"kernel module {name} is a {kind} image, but the runtime's driver "
+                    + ("is the emulator (it runs emulator images only)" if emulator else
+                       "runs PTX/cubin (emulator images need LAZYMLIR_CUDA_DRIVER=emulator)"))
         self._plan = LaunchPlan(plan_text)
         self._modules = [self.runtime.load_module(image) for _, image, _ in kernels]
 
@@ -82,11 +101,28 @@ class CudaTarget(Target):
     name = "cuda"
 
     def __init__(self, rt: CudaRuntime | None = None, runtime_lib: str | None = None,
-                 chip: str = "sm_90"):
-        self.runtime = rt or runtime(runtime_lib)
+                 chip: str = "sm_90", driver: str = "real", emulator_verify: bool = False):
+        self.runtime = rt or runtime(runtime_lib, driver)
         self.chip = chip
+        self.driver = "emulator" if self.runtime.device_info()["emulator"] else driver
+        if self.driver == "emulator":
+            self.kernel_images = "emulator-verify" if emulator_verify else "emulator"
+
+    @classmethod
+    def from_settings(cls, settings) -> CudaTarget:
+        """The target LAZYMLIR_CUDA_* settings describe (driver, chip, sync, emulator options)."""
+        target = cls(runtime_lib=settings.runtime_lib, chip=settings.cuda_chip,
+                     driver=settings.cuda_driver, emulator_verify=settings.emulator_verify)
+        # Both are process-wide states of one runtime/driver: set them either way.
+        target.runtime.set_sync(settings.cuda_sync)
+        if target.driver == "emulator":
+            emulator.set_reverse_blocks(settings.emulator_reverse)
+        return target
 
     def fingerprint(self) -> str:
+        # Emulator artifacts hold CPU builds of the kernels, not PTX: never shared.
+        if self.kernel_images != "native":
+            return f"cuda-{self.chip}-{self.kernel_images}"
         return f"cuda-{self.chip}"
 
     def upload(self, cpu: torch.Tensor):

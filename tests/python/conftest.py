@@ -1,4 +1,10 @@
-"""Shared fixtures and helpers for the lazy_mlir Python tests."""
+"""Shared fixtures and helpers for the lazy_mlir Python tests.
+
+The device suites run on the target the environment selects, like any program:
+LAZYMLIR_TARGET (cpu here by default: `auto` without a GPU) and, for cuda,
+LAZYMLIR_CUDA_DRIVER. scripts/test.sh runs them a second time with
+`LAZYMLIR_TARGET=cuda LAZYMLIR_CUDA_DRIVER=emulator` (every kernel executed on the CPU).
+"""
 
 from __future__ import annotations
 
@@ -22,11 +28,51 @@ def _reset_metrics():
     yield
 
 
+def pytest_report_header(config):
+    settings = lazymlir.config.settings()
+    return (f"lazymlir target: LAZYMLIR_TARGET={settings.target} "
+            f"LAZYMLIR_CUDA_DRIVER={settings.cuda_driver}")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _runtime_library():
+    """Tests that create CUDA runtimes directly use the library the device uses
+    (LAZYMLIR_RUNTIME_LIB, e.g. a fresh build, before the installed one)."""
+    explicit = lazymlir.config.settings().runtime_lib
+    if explicit:
+        from lazymlir.targets import cuda_driver
+
+        cuda_driver.load_library(explicit)
+
+
+def target_name() -> str:
+    """The active target ("cpu" or "cuda"), resolved as the device resolves it."""
+    return lazymlir.targets.active().name
+
+
+# Ops a target cannot lower yet. There they run with eager fallback (counted, warned,
+# right), and the no-fallback checks accept exactly these; any other fallback fails.
+EXPECTED_FALLBACKS = {
+    "cpu": {},
+    "cuda": {
+        # TMTensor scatters lower to sequential loops (later updates win), which the
+        # gpu stage has no kernel form for: an scf.for is left on the host.
+        "aten::scatter": "TMTensor scatter: a sequential host loop",
+        "aten::index_put": "TMTensor scatter: a sequential host loop",
+        "aten::max_pool2d_with_indices_backward": "TMTensor scatter: a sequential host loop",
+    },
+}
+
+
 def assert_no_fallback() -> None:
-    """No op ran with eager fallback since the last metrics reset."""
+    """No op ran with eager fallback since the last metrics reset, except the ones the
+    active target is known not to lower (EXPECTED_FALLBACKS)."""
     counters = lazymlir.metrics.counters()
-    assert counters.get("FallbackOps", 0) == 0, counters
-    assert lazymlir.metrics.fallback_ops() == {}, lazymlir.metrics.fallback_ops()
+    ops = lazymlir.metrics.fallback_ops()
+    expected = EXPECTED_FALLBACKS[target_name()]
+    unexpected = {op: n for op, n in ops.items() if op not in expected}
+    assert unexpected == {}, (unexpected, counters)
+    assert counters.get("FallbackOps", 0) == sum(ops.values()), counters
 
 
 def tolerances(dtype: torch.dtype) -> dict:

@@ -74,16 +74,17 @@ def test_graph_hash_stable_across_processes(tmp_path):
 
 
 def test_dump_to_writes_every_stage(tmp_path):
-    assert lazymlir.target() == "cpu"
+    target = lazymlir.target()  # the suites also run on cuda (scripts/test.sh)
     x = torch.randn(3, 5).to(DEVICE)  # a graph no other test compiles (cache hits dump nothing)
     with lazymlir.dump_to(tmp_path):
         (x.exp() * 7 - 1).sum().cpu()
     (graph_dir,) = list(tmp_path.iterdir())
     names = sorted(p.name for p in graph_dir.iterdir())
     assert "00-fx.fx.json" in names, names
-    pipeline = stages.PIPELINES["cpu"]
+    pipeline = stages.PIPELINES[target]
     stage_files = [f"{i:02d}-{name}.mlir" for i, name in enumerate(pipeline) if i > 0]
-    assert stage_files[0] == "01-torch.mlir" and stage_files[-1].endswith("-llvm.mlir")
+    last = {"cpu": "-llvm.mlir", "cuda": "-ptx.mlir"}[target]
+    assert stage_files[0] == "01-torch.mlir" and stage_files[-1].endswith(last)
     assert names == sorted(["00-fx.fx.json", "manifest.json", *stage_files]), names
     for stage in stage_files:
         assert (graph_dir / stage).stat().st_size > 0

@@ -202,8 +202,10 @@ import torch
 from lazymlir.lowering import gpu_emulator
 from lazymlir.targets import cuda_driver
 from lazymlir.targets.cuda import CudaExecutable
+import lazymlir
 images = gpu_emulator.emulator_images_from_text({gpu_text!r}, verify={{verify}})
-rt = cuda_driver.CudaRuntime.create(emulator=True)
+rt = cuda_driver.CudaRuntime.create(emulator=True,
+                                    library=lazymlir.config.settings().runtime_lib)
 plan = "lazymlir-plan 1\\nbuffers 2\\narg 0 0\\narg 1 1\\nlaunch 0 oob 1 1 1 4 1 1 0 2 p0 p1\\n"
 exe = CudaExecutable(plan, [(n, i, "emulator") for n, i in images], [], rt)
 a, b = rt.copy_in(torch.ones(4)), rt.alloc(16)

@@ -160,6 +160,9 @@ def test_parse_valid_plan():
      "plan line 4: access of 80 bytes exceeds slot 0 (64 bytes)"),
     (HEADER + "alloc 0 64\nlaunch 0 k 1 1 1 1 1 1 0 1 p0[64\n", "bad kernel argument 'p0[64'"),
     (HEADER + "arg 0 0 4 4\n", "plan line 3: 'arg' expects 2 operands, got 4"),
+    (HEADER + "alloc 0 64\nalloc 1 64\ncopy 1+8 0 64\n",
+     "plan line 5: access of 72 bytes exceeds slot 1 (64 bytes)"),
+    (HEADER + "alloc 0 64\nalloc 1 64\ncopy 1 0+x 8\n", "bad copy offset 'x'"),
 ])
 def test_parse_rejects_malformed_plans(body, message):
     with pytest.raises(CudaError) as info:
@@ -191,6 +194,9 @@ def test_plan_runs_launches_copies_and_memsets(rt):
     out = rt.copy_out(dst)
     np.testing.assert_array_equal(out[:16], np.arange(16))
     assert (out[16:32] == 255).all() and (out[32:] == 0).all()
+    # Copies between contiguous views: byte offsets into both slots.
+    LaunchPlan(HEADER + "arg 0 0\narg 1 1\ncopy 1+40 0+4 8\n").run([], [src, dst])
+    np.testing.assert_array_equal(rt.copy_out(dst)[40:48], np.arange(4, 12))
 
     first, second = fake.launches()
     assert first["kernel"] == "scale" and second["kernel"] == "touch"

@@ -127,6 +127,7 @@ CASES = [
     ("max_all", torch.max, (r(3, 4),)),
     ("argmax", lambda a: a.argmax(1), (r(3, 4),)),
     ("prod", lambda a: a.prod(1), (r(3, 4),)),
+    ("prod_all", torch.prod, (pos(4, 5),)),
     ("var", lambda a: a.var(1), (r(3, 4),)),
     ("std", lambda a: a.std(), (r(3, 4),)),
     # linear algebra
@@ -168,6 +169,9 @@ CASES = [
     ("flatten", lambda a: a.flatten(1) + 0, (r(2, 3, 4),)),
     ("select", lambda a: a[1] + a[:, 2].sum(), (r(3, 4),)),
     ("chunk", lambda a: [c * 1 for c in a.chunk(2, dim=1)], (r(3, 4),)),
+    # a view's offset applied once (a kernel argument with a static offset; issue 10)
+    ("slice_cols", lambda a: a[:, 1:] * 2, (r(4, 31),)),
+    ("chunk_qkv", lambda a: (lambda q, k, v: q * k + v)(*a.chunk(3, -1)), (r(5, 60),)),
     ("split", lambda a: [c + 0 for c in a.split([1, 2], dim=0)], (r(3, 4),)),
     ("unbind", lambda a: [c + 0 for c in a.unbind(0)], (r(3, 4),)),
     # in-place

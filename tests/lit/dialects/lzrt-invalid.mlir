@@ -45,7 +45,7 @@ func.func @free$scalar() {
 func.func @launch$scalar_operand(%b: !lzrt.buffer) {
   %c = arith.constant 1 : i32
   // expected-error @+1 {{expected '!lzrt.buffer' but got 'i32'}}
-  "lzrt.launch"(%b, %c) {module_index = 0 : i64, module = "m", kernel = "k", grid = array<i64: 1, 1, 1>, block = array<i64: 32, 1, 1>, shared_bytes = 0 : i64, args = [unit, unit]} : (!lzrt.buffer, i32) -> ()
+  "lzrt.launch"(%b, %c) {module_index = 0 : i64, module = "m", kernel = "k", grid = array<i64: 1, 1, 1>, block = array<i64: 32, 1, 1>, shared_bytes = 0 : i64, args = [unit, unit], arg_bytes = array<i64: 0, 0>} : (!lzrt.buffer, i32) -> ()
   return
 }
 
@@ -53,6 +53,16 @@ func.func @launch$scalar_operand(%b: !lzrt.buffer) {
 
 func.func @launch$grid_not_array(%b: !lzrt.buffer) {
   // expected-error @+1 {{expected base attribute 'builtin.dense_array' but got 'builtin.array'}}
-  "lzrt.launch"(%b) {module_index = 0 : i64, module = "m", kernel = "k", grid = [1, 1, 1], block = array<i64: 32, 1, 1>, shared_bytes = 0 : i64, args = [unit]} : (!lzrt.buffer) -> ()
+  "lzrt.launch"(%b) {module_index = 0 : i64, module = "m", kernel = "k", grid = [1, 1, 1], block = array<i64: 32, 1, 1>, shared_bytes = 0 : i64, args = [unit], arg_bytes = array<i64: 0>} : (!lzrt.buffer) -> ()
+  return
+}
+
+// -----
+
+// `arg_bytes` (bytes each argument may touch) is part of every launch: the runtime
+// checks caller buffers against it.
+func.func @launch$no_arg_bytes(%b: !lzrt.buffer) {
+  // expected-error @+1 {{arg_bytes}}
+  "lzrt.launch"(%b) {module_index = 0 : i64, module = "m", kernel = "k", grid = array<i64: 1, 1, 1>, block = array<i64: 32, 1, 1>, shared_bytes = 0 : i64, args = [unit]} : (!lzrt.buffer) -> ()
   return
 }

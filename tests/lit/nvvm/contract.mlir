@@ -9,7 +9,7 @@ module attributes {gpu.container_module} {
   func.func @plan() {
     %0 = "lzrt.arg"() {index = 0 : i64, nbytes = 1024 : i64} : () -> !lzrt.buffer
     %1 = "lzrt.arg"() {index = 1 : i64, nbytes = 4 : i64} : () -> !lzrt.buffer
-    "lzrt.launch"(%0, %1) {args = [unit, unit], block = array<i64: 256, 1, 1>, grid = array<i64: 1, 1, 1>, kernel = "prod$kernel", module = "prod$kernel", module_index = 0 : i64, shared_bytes = 0 : i64} : (!lzrt.buffer, !lzrt.buffer) -> ()
+    "lzrt.launch"(%0, %1) {arg_bytes = array<i64: 0, 0>, args = [unit, unit], block = array<i64: 256, 1, 1>, grid = array<i64: 1, 1, 1>, kernel = "prod$kernel", module = "prod$kernel", module_index = 0 : i64, shared_bytes = 0 : i64} : (!lzrt.buffer, !lzrt.buffer) -> ()
     return
   }
   gpu.module @prod$kernel {

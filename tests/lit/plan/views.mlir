@@ -1,4 +1,4 @@
-// RUN: lazymlir-opt %s --target=cuda --stage=plan | FileCheck %s
+// RUN: lazymlir-opt %s --target=cuda --stage=plan -split-input-file | FileCheck %s
 
 // A kernel argument that is a view with a static offset (`x[:, 1:]`) is passed as its
 // base buffer: the kernel gets a bare pointer and adds the offset of its memref type
@@ -30,3 +30,20 @@ module attributes {gpu.container_module} {
 // CHECK: %[[Y:.*]] = "lzrt.arg"() {index = 1 : i64, nbytes = 480 : i64}
 // CHECK-NOT: lzrt.view
 // CHECK: "lzrt.launch"(%[[X]], %[[Y]]) {arg_bytes = array<i64: 496, 480>, args = [unit, unit]
+
+// -----
+
+// A host copy of a contiguous view (a block of rows) copies a byte range at an offset:
+// rows 3..4 of a 5x6 f32 input start 72 bytes in.
+module attributes {gpu.container_module} {
+  func.func @copy$rows(%arg0: memref<5x6xf32>, %arg1: memref<2x6xf32>) {
+    %sv = memref.subview %arg0[3, 0] [2, 6] [1, 1] : memref<5x6xf32> to memref<2x6xf32, strided<[6, 1], offset: 18>>
+    memref.copy %sv, %arg1 : memref<2x6xf32, strided<[6, 1], offset: 18>> to memref<2x6xf32>
+    return
+  }
+}
+// CHECK-LABEL: func.func @plan()
+// CHECK: %[[X:.*]] = "lzrt.arg"() {index = 0 : i64, nbytes = 120 : i64}
+// CHECK: %[[Y:.*]] = "lzrt.arg"() {index = 1 : i64, nbytes = 48 : i64}
+// CHECK: %[[V:.*]] = "lzrt.view"(%[[X]]) {offset = 72 : i64}
+// CHECK: "lzrt.copy"(%[[Y]], %[[V]]) {nbytes = 48 : i64}
