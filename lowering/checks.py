@@ -13,15 +13,17 @@ so that such an op can do no harm and the graph reports it:
 - each integer divisor `d` is replaced by `d + (d == 0)` (a 1 where it was 0),
   and `any(d == 0)` becomes a check flag.
 
-The flags are stacked into one extra graph output (bool, one per check). The
-executor reads it after the run; if any is set it runs the graph eagerly on
+The flags are or-ed into one extra graph output (a 0-d bool). The executor
+reads it after the run; if any is set it runs the graph eagerly on
 the CPU, which raises eager's own error (class and message) at the sync point.
 A static zero divisor (`int_tensor % 0`) needs no flag: `instrument` reports
 it and the executor goes straight to the eager run.
 
 Cost: per index tensor three elementwise/reduction ops over the indices (not
 over the indexed tensor), per integer divisor three over the divisor, and one
-small device-to-host copy of the flags per run. Measured by
+one-byte device-to-host copy of the flag per run. On CUDA the `any`
+reductions are serial kernels (i1 reductions are not split into atomics,
+docs/known-issues.md) and the flag's copy waits for the graph. Measured by
 benchmarks/bounds_checks.py.
 """
 
@@ -66,8 +68,8 @@ _INTEGER = {"int8", "int16", "int32", "int64", "uint8"}
 
 @dataclass
 class Instrumented:
-    graph: dict        # the rewritten graph; its last output is the flags (if `checks`)
-    checks: int        # number of flags (0: the graph is unchanged)
+    graph: dict        # the rewritten graph; its last output is the flag (if `checks`)
+    checks: int        # number of checks (0: the graph is unchanged)
     static_error: bool  # an op always fails (a constant zero divisor): run eagerly
 
 
@@ -181,6 +183,11 @@ class _Rewriter:
                 self.mapping[("node", i, out)] = ("node", len(self.nodes) - 1, out)
         outputs = [self.remap(o) for o in self.graph["outputs"]]
         if self.flags:
-            outputs.append(self.emit("aten.stack.default", self.flags, 0))
+            # One 0-d flag: or-ed, not stacked (a stack writes strided subviews, which
+            # the cuda plan stage rejects); which check failed, eager's rerun tells.
+            flag = self.flags[0]
+            for other in self.flags[1:]:
+                flag = self.emit("aten.logical_or.default", flag, other)
+            outputs.append(flag)
         graph = {**self.graph, "nodes": self.nodes, "outputs": outputs}
         return Instrumented(graph, len(self.flags), self.static_error)

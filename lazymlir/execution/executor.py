@@ -291,7 +291,7 @@ class Compiled:
     """The whole graph is one executable; scalars are passed as 0-d float64 inputs.
 
     With `flags` > 0 the executable was built from `checks.instrument(graph)`: its
-    last output holds the check flags. If one is set, the graph runs eagerly on
+    last output is the 0-d check flag. If it is set, the graph runs eagerly on
     CPU, which raises eager's error (an out-of-range index, a zero divisor)."""
 
     def __init__(self, executable, graph: dict, flags: int = 0):
@@ -305,9 +305,8 @@ class Compiled:
         outputs = self.executable.run(list(inputs) + scalar_data)
         if not self.flags:
             return outputs
-        flags = target.download(outputs.pop(), torch.empty(self.flags, dtype=torch.bool,
-                                                           device="meta"))
-        if bool(flags.any()):
+        flag = target.download(outputs.pop(), torch.empty((), dtype=torch.bool, device="meta"))
+        if bool(flag):
             return EagerReference(self.graph).run(target, inputs, scalars)
         return outputs
 

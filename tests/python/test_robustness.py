@@ -99,7 +99,8 @@ def test_out_of_range_indices_and_zero_divisors_raise_eagers_error():
     lambda x, i: x.index_select(1, i),
     lambda x, i: torch.nn.functional.embedding(i, x),
     lambda x, i: x.clone().index_put_((i,), torch.ones(3), accumulate=True),
-    lambda x, i: torch.zeros(4, 3).scatter_add(0, i.reshape(2, 1).expand(2, 3), x[:2]),
+    lambda x, i: torch.zeros(4, 3, device=x.device).scatter_add(0, i.reshape(2, 1).expand(2, 3),
+                                                                x[:2]),
     lambda x, i: (x[:, :2] * 10).long() % (i + 1),
     lambda x, i: (x[:, :2] * 10).long() // (i - 5),
 ], ids=["index", "negative_index", "gather", "index_select", "embedding", "index_put",
@@ -251,3 +252,28 @@ def test_two_threads_training_their_own_models_match_eager():
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.splitlines() == ["THREAD 0 OK", "THREAD 1 OK"], \
         done.stdout + done.stderr[-2000:]
+
+
+def test_instrument_clamps_indices_guards_divisors_and_adds_one_flag():
+    from lazymlir.lowering import checks, fx_graph
+
+    ref = lambda kind, i: {"ref": [kind, i, 0]}  # noqa: E731
+    graph = {"format": fx_graph.FORMAT, "version": fx_graph.VERSION, "scalars": [],
+             "inputs": [{"shape": [4, 2], "dtype": "float32"}, {"shape": [3], "dtype": "int64"}],
+             "nodes": [{"op": "aten.index.Tensor", "args": [ref("input", 0), [ref("input", 1)]],
+                        "kwargs": {}, "outputs": [{"shape": [3, 2], "dtype": "float32"}]},
+                       {"op": "aten.remainder.Tensor", "args": [ref("input", 1), ref("input", 1)],
+                        "kwargs": {}, "outputs": [{"shape": [3], "dtype": "int64"}]}],
+             "outputs": [ref("node", 0), ref("node", 1)]}
+    done = checks.instrument(graph)
+    ops = [n["op"] for n in done.graph["nodes"]]
+    assert ops == ["aten.clamp.default", "aten.ne.Tensor", "aten.any.default", "aten.index.Tensor",
+                   "aten.eq.Scalar", "aten.any.default", "aten.add.Tensor",
+                   "aten.remainder.Tensor", "aten.logical_or.default"]
+    assert done.graph["nodes"][0]["args"][1:] == [-4, 3]  # x[i] takes -4..3
+    assert done.graph["nodes"][3]["args"][1] == [ref("node", 0)]  # reads the clamped index
+    assert done.graph["outputs"] == [ref("node", 3), ref("node", 7), ref("node", 8)]
+    assert fx_graph.output_metas(done.graph)[-1] == ([], torch.bool)
+    assert done.checks == 2 and not done.static_error
+    plain = {**graph, "nodes": graph["nodes"][:0], "outputs": [ref("input", 0)]}
+    assert checks.instrument(plain).graph is plain
