@@ -8,7 +8,8 @@ op's meaning, unsigned dtypes, which result is an index) are lost by the
 `linalg` stage (ui8 becomes signless i8, `maximum` becomes cmpf+select that
 cannot be told apart from a deliberate select).
 
-- Half/bfloat16 reductions accumulate in float32 (eager's accumulate type);
+- Half/bfloat16 reductions accumulate in float32 (eager's accumulate type),
+  and so do pools and fmod;
   torch-mlir's `sum` adds in f16 and stops at 2048. Long float32 cumsums
   accumulate in float64, as eager's CPU kernel does.
 - uint8 operands of ops whose result depends on signedness (sum, prod,
@@ -121,6 +122,22 @@ def _half_accumulation(b: _Builder, node: torch.fx.Node):
     kwargs = {k: v for k, v in node.kwargs.items() if k != "dtype"}
     wide = b(node.target, _cast(b, x, wide_type), *node.args[1:], **kwargs)
     return _cast(b, wide, _val(node).dtype)
+
+
+# Ops whose eager CPU kernel computes half/bfloat16 in float32 (acc/opmath type)
+# and rounds once; torch-mlir computes them in the half type (avg_pool sums a
+# window in f16, fmod rounds x / y before truncating it).
+_HALF_OPMATH = {aten.avg_pool2d.default, aten.avg_pool3d.default,
+                aten._adaptive_avg_pool2d.default, aten._adaptive_avg_pool3d.default,
+                aten.fmod.Tensor, aten.fmod.Scalar}
+
+
+def _half_opmath(b: _Builder, node: torch.fx.Node):
+    if node.target not in _HALF_OPMATH or not _is_tensor(node, *HALF_TYPES):
+        return None
+    dtype = _val(node).dtype
+    args = tuple(_cast(b, a, torch.float32) if _is_tensor(a, dtype) else a for a in node.args)
+    return _cast(b, b(node.target, *args, **node.kwargs), dtype)
 
 
 # -- bytes -----------------------------------------------------------------------
@@ -348,8 +365,8 @@ def _bool_order(b: _Builder, node: torch.fx.Node):
     return None
 
 
-REWRITES = (_half_accumulation, _widen_bytes, _blocked, _layer_norm, _nan_minmax, _first_nan_index,
-            _bool_order)
+REWRITES = (_half_accumulation, _half_opmath, _widen_bytes, _blocked, _layer_norm, _nan_minmax,
+            _first_nan_index, _bool_order)
 
 
 def apply(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:

@@ -214,6 +214,47 @@ def _compare_tied(name: str, inp, actual, expected) -> str | None:
     return why
 
 
+def _closer_than_eager(op, sample, actual, expected) -> bool:
+    """Floating results that differ from eager but are no further than eager's own
+    from the float64 result (eager rounds differently: a half op computed step
+    by step in half, or a float op in another order). Values only: the
+    structure, dtypes, shapes and NaNs must match as they are."""
+    import torch
+
+    def wide(x):
+        if isinstance(x, torch.Tensor) and x.dtype in (torch.float16, torch.bfloat16,
+                                                      torch.float32):
+            return x.to(torch.float64)
+        return x
+    try:
+        torch.manual_seed(0)
+        ref = op(_map(sample.input, wide), *_map(sample.args, wide),
+                 **_map(sample.kwargs, wide))
+    except Exception:  # noqa: BLE001 - no float64 version: no judgement
+        return False
+    return _no_further(actual, expected, ref)
+
+
+def _no_further(actual, expected, ref) -> bool:
+    import torch
+    if isinstance(expected, torch.Tensor):
+        if not (isinstance(ref, torch.Tensor) and expected.dtype.is_floating_point
+                and ref.shape == expected.shape and actual.shape == expected.shape
+                and actual.dtype == expected.dtype):
+            return _compare(actual, expected) is None
+        a, e, r = actual.double(), expected.double(), ref.double()
+        if not torch.equal(a.isnan(), e.isnan()):
+            return False
+        tol = _tolerance(expected.dtype)
+        ok = (a - r).abs() <= (e - r).abs() + tol["atol"] + tol["rtol"] * r.abs()
+        return bool((ok | a.isnan() | (a == e)).all())
+    if isinstance(expected, (list, tuple)):
+        return (isinstance(actual, (list, tuple)) and isinstance(ref, (list, tuple))
+                and len(actual) == len(expected) == len(ref)
+                and all(_no_further(a, e, r) for a, e, r in zip(actual, expected, ref)))
+    return _compare(actual, expected) is None
+
+
 def _pick(inp, d: int, idx):
     return inp.gather(d, idx if idx.dim() == inp.dim() else idx.unsqueeze(d))
 
@@ -257,7 +298,7 @@ def run_task(op, dtypes: list[str]) -> dict[str, dict]:
                 actual = ("ok", _map(_call(op, s, lazy=True), _fresh))
             except Exception as e:  # noqa: BLE001 - classified below
                 actual = ("raise", e)
-            cases.append((expected, actual, s.input))
+            cases.append((expected, actual, s))
         per_dtype[dt] = cases
     sync_error = None
     try:
@@ -270,7 +311,7 @@ def run_task(op, dtypes: list[str]) -> dict[str, dict]:
     results = {}
     for dt, cases in per_dtype.items():
         wrong = error = None
-        for (ek, ev), (ak, av), inp in cases:
+        for (ek, ev), (ak, av), sample in cases:
             if ak == "ok":
                 try:
                     av = _to_host(av)
@@ -284,7 +325,10 @@ def run_task(op, dtypes: list[str]) -> dict[str, dict]:
             elif ak == "raise":
                 error = error or _short(av)
             else:
-                wrong = wrong or _compare_tied(op.name, inp, av, ev)
+                why = _compare_tied(op.name, sample.input, av, ev)
+                if why is not None and _closer_than_eager(op, sample, av, ev):
+                    why = None
+                wrong = wrong or why
         if wrong:
             results[dt] = {"status": "wrong", "cause": wrong}
         elif error:
