@@ -490,6 +490,17 @@ def _batch_norm_functional(input, weight, bias, running_mean, running_var, train
     return out, empty, LazyTensor(empty._lazy), running_mean, running_var
 
 
+def _layer_norm(input, normalized_shape, weight, bias, eps):
+    """Eager CPU returns half/bfloat16 mean and rstd for a half input; the meta
+    kernel says float32 (CUDA's choice): cast them, as eager rounds them."""
+    out, mean, rstd = record(aten.native_layer_norm.default,
+                             (input, normalized_shape, weight, bias, eps), {})
+    if mean.dtype != input.dtype:
+        mean = record(aten._to_copy.default, (mean,), {"dtype": input.dtype})
+        rstd = record(aten._to_copy.default, (rstd,), {"dtype": input.dtype})
+    return out, mean, rstd
+
+
 def _unsupported_mutation(name):
     def fail(*args, **kwargs):
         raise RuntimeError(
@@ -512,6 +523,7 @@ _SPECIAL = {
     aten.real.default: _real,
     aten.native_batch_norm.default: _batch_norm,
     aten._native_batch_norm_legit.default: _batch_norm,
+    aten.native_layer_norm.default: _layer_norm,
     aten._native_batch_norm_legit_functional.default: _batch_norm_functional,
     **{op: cell for op, cell in rnn.CELLS.items()},
     aten.set_.source_Tensor: _unsupported_mutation("set_"),

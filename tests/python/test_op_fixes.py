@@ -91,3 +91,17 @@ def test_half_pools_and_fmod_compute_in_float32(dtype):
                                      torch.fmod(x, y)),
                        x, y)
     assert_no_fallback()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_layer_norm_statistics_have_the_input_dtype(dtype):
+    # Eager CPU's native_layer_norm returns half mean/rstd for a half input;
+    # lazy returned float32 ones (the meta kernel's dtype).
+    x = torch.randn(2, 3, 8).to(dtype)
+    out = torch.native_layer_norm(x.to(DEVICE), (8,), None, None, 1e-5)
+    expected = torch.native_layer_norm(x, (8,), None, None, 1e-5)
+    for a, e in zip(out, expected):
+        a = a.cpu()
+        assert (a.shape, a.dtype) == (e.shape, e.dtype)
+        torch.testing.assert_close(a, e, rtol=1.6e-2, atol=1e-2)
+    assert_no_fallback()
