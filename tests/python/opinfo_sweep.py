@@ -47,6 +47,7 @@ DTYPES = ("float32", "int64", "bool", "float16", "bfloat16")
 SAMPLES_PER_DTYPE = 3
 TASK_TIMEOUT_S = 240          # one op, all dtypes; a hang past this counts as a crash
 STATUSES = ("lowered", "fallback", "wrong", "error", "crash")
+MARKS = {"lowered": "✓", "fallback": "F", "wrong": "W", "error": "E", "crash": "C"}
 
 # Ops whose result is not a function of their inputs: random sampling, and
 # uninitialized memory. They are not part of the sweep (eager CPU is no reference).
@@ -543,7 +544,6 @@ def write_doc(results: dict[str, dict], skipped: list[str], seconds: float, jobs
     for key, r in results.items():
         op, dt = key.rsplit(":", 1)
         by_op.setdefault(op, {})[dt] = r["status"]
-    mark = {"lowered": "✓", "fallback": "F", "wrong": "W", "error": "E", "crash": "C"}
     lines = [
         "# OpInfo coverage",
         "",
@@ -593,11 +593,35 @@ def write_doc(results: dict[str, dict], skipped: list[str], seconds: float, jobs
         "| --- | " + " | ".join("---" for _ in DTYPES) + " |",
     ]
     for op in sorted(by_op):
-        cells = [mark[by_op[op][d]] if d in by_op[op] else "·" for d in DTYPES]
+        cells = [MARKS[by_op[op][d]] if d in by_op[op] else "·" for d in DTYPES]
         lines.append(f"| `{op}` | " + " | ".join(cells) + " |")
     lines += ["", "## Not swept (nondeterministic)", "",
               ", ".join(f"`{k.rsplit(':', 1)[0]}`" for k in sorted(skipped)), ""]
     DOC.write_text("\n".join(lines))
+
+
+def recorded_sweep():
+    """The last full sweep as written: (results, skipped, seconds, jobs), read back
+    from docs/opinfo-coverage.md (every entry's status) and opinfo_expectations.py
+    (the causes)."""
+    names = {v: k for k, v in MARKS.items()}
+    causes = expected_statuses()
+    results, skipped, seconds, jobs = {}, [], 0.0, 2
+    text = DOC.read_text()
+    for line in text.splitlines():
+        m = re.match(r"\| `(.+)` \| (.+) \|$", line)
+        if m:
+            for dt, cell in zip(DTYPES, m.group(2).split(" | ")):
+                if cell in names:
+                    key = f"{m.group(1)}:{dt}"
+                    results[key] = {"status": names[cell],
+                                    "cause": causes.get(key, ("", ""))[1]}
+        m = re.match(r"Sweep time: (\d+) s with (\d+)", line)
+        if m:
+            seconds, jobs = float(m.group(1)), int(m.group(2))
+    not_swept = text.split("## Not swept (nondeterministic)")[-1]
+    skipped = [k + ":*" for k in re.findall(r"`([^`]+)`", not_swept)]
+    return results, skipped, seconds, jobs
 
 
 def main(argv=None) -> int:
@@ -633,7 +657,11 @@ def main(argv=None) -> int:
             print(f"{results[key]['status']:<9} {key} {results[key]['cause']}")
     if args.write:
         if names is not None or dtypes is not None:
-            p.error("--write needs the full sweep (no --ops/--dtypes)")
+            # A subset: update its entries in the recorded sweep.
+            recorded, skipped, seconds, jobs = recorded_sweep()
+            recorded.update(results)
+            results = recorded
+            args.jobs = jobs
         write_expectations(results)
         write_doc(results, skipped, seconds, args.jobs)
         return 0
