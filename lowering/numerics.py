@@ -23,7 +23,8 @@ cannot be told apart from a deliberate select).
 - NaN propagates through maximum/minimum/clamp as in eager, and argmax/argmin/
   max.dim/min.dim return the index of the first NaN.
 - Clamps (by tensors) and sorts of bools run on int32: torch-mlir orders i1
-  as signed, True below False.
+  as signed, True below False; so do accumulating index_put/index_add/
+  scatter_add of bools (eager ors them, i1 addition wraps).
 """
 
 from __future__ import annotations
@@ -358,6 +359,8 @@ def _first_nan_index(b: _Builder, node: torch.fx.Node):
 
 _BOOL_CLAMPS = {aten.clamp_min.Tensor, aten.clamp_max.Tensor, aten.clamp.Tensor}
 _SORTS = {aten.sort.default, aten.sort.stable}
+_BOOL_SUMS = {aten.index_put.default, aten._unsafe_index_put.default, aten.index_add.default,
+              aten.scatter_add.default}
 
 
 def _bool_order(b: _Builder, node: torch.fx.Node):
@@ -366,6 +369,11 @@ def _bool_order(b: _Builder, node: torch.fx.Node):
     if node.target in _BOOL_CLAMPS:
         if not _is_tensor(node.args[0], torch.bool) or _val(node).dtype != torch.bool:
             return None
+        args = tuple(_cast(b, a, torch.int32) if _is_tensor(a, torch.bool) else a
+                     for a in node.args)
+        return _cast(b, b(node.target, *args, **node.kwargs), torch.bool)
+    if node.target in _BOOL_SUMS and _is_tensor(node, torch.bool):
+        # Accumulating bools is a logical or in eager; i1 addition wraps (xor).
         args = tuple(_cast(b, a, torch.int32) if _is_tensor(a, torch.bool) else a
                      for a in node.args)
         return _cast(b, b(node.target, *args, **node.kwargs), torch.bool)

@@ -114,3 +114,15 @@ def test_gelu_tanh_approximation(dtype):
     x = (torch.randn(1000, generator=torch.Generator().manual_seed(0)) * 3).to(dtype)
     compare_with_eager(lambda t: F.gelu(t, approximate="tanh"), x)
     assert_no_fallback()
+
+
+def test_accumulating_bools_is_a_logical_or():
+    # index_add / index_put(accumulate=True) / scatter_add of bools or them in
+    # eager; i1 addition wrapped (True + True gave False).
+    x = torch.tensor([True, False, True, False])
+    src = torch.tensor([True, True, False, True])
+    idx = torch.tensor([0, 1, 0, 2])
+    compare_with_eager(lambda x, s, i: (x.index_add(0, i, s),
+                                        x.index_put((i,), s, accumulate=True),
+                                        x.scatter_add(0, i, s)), x, src, idx)
+    assert_no_fallback()
