@@ -360,7 +360,7 @@ def _first_nan_index(b: _Builder, node: torch.fx.Node):
 _BOOL_CLAMPS = {aten.clamp_min.Tensor, aten.clamp_max.Tensor, aten.clamp.Tensor}
 _SORTS = {aten.sort.default, aten.sort.stable}
 _BOOL_SUMS = {aten.index_put.default, aten._unsafe_index_put.default, aten.index_add.default,
-              aten.scatter_add.default}
+              aten.scatter_add.default, aten.scatter_reduce.two}
 
 
 def _bool_order(b: _Builder, node: torch.fx.Node):

@@ -584,7 +584,8 @@ def write_doc(results: dict[str, dict], skipped: list[str], seconds: float, jobs
         f"| {c['lowered']} | {c['fallback']} | {c['wrong']} | {c['error']} | {c['crash']}"
         f" | {sum(c.values())} |",
         "",
-        f"Sweep time: {seconds:.0f} s with {jobs} worker processes (cold compile cache).",
+        (f"Sweep time: {seconds:.0f} s with {jobs} worker processes (cold compile cache)."
+         if seconds else "Sweep time: not recorded (no full sweep has been written yet)."),
         "",
         "## Per op",
         "",

@@ -124,5 +124,24 @@ def test_accumulating_bools_is_a_logical_or():
     idx = torch.tensor([0, 1, 0, 2])
     compare_with_eager(lambda x, s, i: (x.index_add(0, i, s),
                                         x.index_put((i,), s, accumulate=True),
-                                        x.scatter_add(0, i, s)), x, src, idx)
+                                        x.scatter_add(0, i, s),
+                                        x.scatter_reduce(0, i, s, "sum"),
+                                        x.scatter_reduce(0, i, s, "amax"),
+                                        x.scatter_reduce(0, i, s, "amin")), x, src, idx)
+    assert_no_fallback()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_batch_norm_training_statistics_have_the_input_dtype(dtype):
+    # Eager CPU returns half save_mean/save_invstd for a half input in training
+    # mode; lazy returned float32 ones (the meta kernel's dtype).
+    x = torch.randn(4, 3, 5).to(dtype)
+    w, rm, rv = torch.ones(3).to(dtype), torch.zeros(3).to(dtype), torch.ones(3).to(dtype)
+    got = torch.native_batch_norm(*(t.to(DEVICE) for t in (x, w, w, rm, rv)),
+                                  True, 0.1, 1e-5)
+    expected = torch.native_batch_norm(x, w, w, rm, rv, True, 0.1, 1e-5)
+    for a, e in zip(got, expected):
+        a = a.cpu()
+        assert (a.shape, a.dtype) == (e.shape, e.dtype)
+        torch.testing.assert_close(a, e, rtol=1.6e-2, atol=2e-2)
     assert_no_fallback()
