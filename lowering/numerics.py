@@ -8,7 +8,8 @@ op's meaning, unsigned dtypes, which result is an index) are lost by the
 `linalg` stage (ui8 becomes signless i8, `maximum` becomes cmpf+select that
 cannot be told apart from a deliberate select).
 
-- Half/bfloat16 reductions accumulate in float32 (eager's accumulate type);
+- Half/bfloat16 reductions accumulate in float32 (eager's accumulate type),
+  and so do pools and fmod;
   torch-mlir's `sum` adds in f16 and stops at 2048. Long float32 cumsums
   accumulate in float64, as eager's CPU kernel does.
 - uint8 operands of ops whose result depends on signedness (sum, prod,
@@ -23,11 +24,13 @@ cannot be told apart from a deliberate select).
   max.dim/min.dim return the index of the first NaN.
 - bool + bool is a logical or (torch-mlir added a bool tensor and `True` as i1).
 - Clamps (by tensors) and sorts of bools run on int32: torch-mlir orders i1
-  as signed, True below False.
+  as signed, True below False; so do accumulating index_put/index_add/
+  scatter_add of bools (eager ors them, i1 addition wraps).
 """
 
 from __future__ import annotations
 
+import math
 import operator
 
 import torch
@@ -122,6 +125,41 @@ def _half_accumulation(b: _Builder, node: torch.fx.Node):
     kwargs = {k: v for k, v in node.kwargs.items() if k != "dtype"}
     wide = b(node.target, _cast(b, x, wide_type), *node.args[1:], **kwargs)
     return _cast(b, wide, _val(node).dtype)
+
+
+# Ops whose eager CPU kernel computes half/bfloat16 in float32 (acc/opmath type)
+# and rounds once; torch-mlir computes them in the half type (avg_pool sums a
+# window in f16, fmod rounds x / y before truncating it).
+_HALF_OPMATH = {aten.avg_pool2d.default, aten.avg_pool3d.default,
+                aten._adaptive_avg_pool2d.default, aten._adaptive_avg_pool3d.default,
+                aten.fmod.Tensor, aten.fmod.Scalar}
+
+
+def _half_opmath(b: _Builder, node: torch.fx.Node):
+    if node.target not in _HALF_OPMATH or not _is_tensor(node, *HALF_TYPES):
+        return None
+    dtype = _val(node).dtype
+    args = tuple(_cast(b, a, torch.float32) if _is_tensor(a, dtype) else a for a in node.args)
+    return _cast(b, b(node.target, *args, **node.kwargs), dtype)
+
+
+def _gelu_tanh(b: _Builder, node: torch.fx.Node):
+    """gelu(approximate='tanh') as eager's formula: torch-mlir's lowering of it
+    was 5e-5 off in float32."""
+    if node.target is not aten.gelu.default or node.kwargs.get("approximate") != "tanh":
+        return None
+    x = node.args[0]
+    if not _is_tensor(x, torch.float32, torch.float64, *HALF_TYPES):
+        return None
+    dtype = _val(x).dtype
+    if dtype in HALF_TYPES:
+        x = _cast(b, x, torch.float32)
+    cube = b(aten.mul.Tensor, b(aten.mul.Tensor, x, x), x)
+    inner = b(aten.mul.Scalar, b(aten.add.Tensor, x, b(aten.mul.Scalar, cube, 0.044715)),
+              math.sqrt(2.0 / math.pi))
+    out = b(aten.mul.Tensor, b(aten.mul.Scalar, x, 0.5),
+            b(aten.add.Scalar, b(aten.tanh.default, inner), 1.0))
+    return _cast(b, out, dtype)
 
 
 # -- bytes -----------------------------------------------------------------------
@@ -336,6 +374,8 @@ def _bool_add(b: _Builder, node: torch.fx.Node):
 
 _BOOL_CLAMPS = {aten.clamp_min.Tensor, aten.clamp_max.Tensor, aten.clamp.Tensor}
 _SORTS = {aten.sort.default, aten.sort.stable}
+_BOOL_SUMS = {aten.index_put.default, aten._unsafe_index_put.default, aten.index_add.default,
+              aten.scatter_add.default, aten.scatter_reduce.two}
 
 
 def _bool_order(b: _Builder, node: torch.fx.Node):
@@ -344,6 +384,11 @@ def _bool_order(b: _Builder, node: torch.fx.Node):
     if node.target in _BOOL_CLAMPS:
         if not _is_tensor(node.args[0], torch.bool) or _val(node).dtype != torch.bool:
             return None
+        args = tuple(_cast(b, a, torch.int32) if _is_tensor(a, torch.bool) else a
+                     for a in node.args)
+        return _cast(b, b(node.target, *args, **node.kwargs), torch.bool)
+    if node.target in _BOOL_SUMS and _is_tensor(node, torch.bool):
+        # Accumulating bools is a logical or in eager; i1 addition wraps (xor).
         args = tuple(_cast(b, a, torch.int32) if _is_tensor(a, torch.bool) else a
                      for a in node.args)
         return _cast(b, b(node.target, *args, **node.kwargs), torch.bool)
@@ -363,8 +408,8 @@ def _bool_order(b: _Builder, node: torch.fx.Node):
     return None
 
 
-REWRITES = (_half_accumulation, _widen_bytes, _blocked, _layer_norm, _nan_minmax, _first_nan_index,
-            _bool_add, _bool_order)
+REWRITES = (_half_accumulation, _half_opmath, _widen_bytes, _blocked, _layer_norm, _nan_minmax,
+            _first_nan_index, _bool_add, _bool_order, _gelu_tanh)
 
 
 def apply(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:

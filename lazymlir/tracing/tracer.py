@@ -459,6 +459,13 @@ def _real(self):
     return LazyTensor(self._lazy)
 
 
+def _input_dtype(input, *stats):
+    """Eager CPU returns half/bfloat16 statistics for a half input; the meta kernels
+    say float32 (CUDA's choice): cast them, as eager rounds them."""
+    return tuple(s if s.dtype == input.dtype else
+                 record(aten._to_copy.default, (s,), {"dtype": input.dtype}) for s in stats)
+
+
 def _batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps):
     """native_batch_norm / _native_batch_norm_legit update running_mean/var in place,
     although functionalization hands them to us as if the op were functional:
@@ -477,6 +484,7 @@ def _batch_norm(input, weight, bias, running_mean, running_var, training, moment
                                                         running_var, training, momentum, eps), {})
     out, mean, rstd, new_mean, new_var = aten._native_batch_norm_legit_functional.default(
         input, weight, bias, running_mean, running_var, training, momentum, eps)
+    mean, rstd = _input_dtype(input, mean, rstd)
     if _state.capture_start >= 0:
         _state.impure += 1  # rebinds tensors from outside a captured decomposition
     running_mean._lazy = new_mean._lazy
@@ -495,6 +503,14 @@ def _batch_norm_functional(input, weight, bias, running_mean, running_var, train
         return _decompositions()[func](*args)
     out, empty, _ = _batch_norm(*args)
     return out, empty, LazyTensor(empty._lazy), running_mean, running_var
+
+
+def _layer_norm(input, normalized_shape, weight, bias, eps):
+    """Eager CPU returns half/bfloat16 mean and rstd for a half input; the meta
+    kernel says float32 (CUDA's choice): cast them, as eager rounds them."""
+    out, mean, rstd = record(aten.native_layer_norm.default,
+                             (input, normalized_shape, weight, bias, eps), {})
+    return out, *_input_dtype(input, mean, rstd)
 
 
 def _unsupported_mutation(name):
@@ -519,6 +535,7 @@ _SPECIAL = {
     aten.real.default: _real,
     aten.native_batch_norm.default: _batch_norm,
     aten._native_batch_norm_legit.default: _batch_norm,
+    aten.native_layer_norm.default: _layer_norm,
     aten._native_batch_norm_legit_functional.default: _batch_norm_functional,
     **{op: cell for op, cell in rnn.CELLS.items()},
     aten.set_.source_Tensor: _unsupported_mutation("set_"),

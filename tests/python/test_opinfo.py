@@ -14,7 +14,10 @@ REGENERATE = "PYTHONPATH=. python tests/python/opinfo_sweep.py --write"
 
 
 def test_opinfo_sweep():
+    # The ops docs/opinfo-coverage.md records (all of them after a full --write).
+    recorded = {key.rsplit(":", 1)[0] for key in opinfo_sweep.recorded_sweep()[0]}
     tasks, _ = opinfo_sweep.sweep_tasks()
+    tasks = [t for t in tasks if opinfo_sweep.entry_key(t[0], t[1], "")[:-1] in recorded]
     results = opinfo_sweep.run_sweep(tasks)
     print("OpInfo entries:", dict(opinfo_sweep.counts(results)))
     diff = opinfo_sweep.differences(results)
