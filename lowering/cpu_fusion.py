@@ -10,9 +10,10 @@ the function's result is tiled over its outermost (row) dimension with an
 `scf.forall`, and every producer, reductions included, is fused into that
 loop (`transform.structured.fuse`): each iteration computes a block of rows
 from start to end while the block stays in L1/L2, and the temporaries shrink
-to one block. The blocks are independent: when the work is large enough the
-loop is an `scf.forall`, which the `loops` stage runs on all cores
-(lowering/cpu_parallel.py); otherwise an `scf.for`.
+to one block. The blocks are independent (`scf.forall`): the `loops` stage
+runs them on all cores (lowering/cpu_parallel.py) unless the work is below
+MIN_PARALLEL_ELEMENTS, where the loop is marked SEQUENTIAL and runs in order.
+(An `scf.for` here would bufferize to a whole-result temporary and a copy.)
 
 Only graphs where this cannot recompute work are fused: every linalg op
 iterates the result's rows as its outermost parallel loop (its output and
@@ -26,6 +27,7 @@ stop the fusion) and elementwise ops are fused, as the shared pipeline does.
 
 from __future__ import annotations
 
+from . import cpu_parallel
 from .cpu_parallel import MIN_PARALLEL_ELEMENTS
 from .mlir_runner import UPSTREAM, run_pipeline
 
@@ -130,7 +132,7 @@ def _element_bytes(value) -> int:
     return max(1, int(digits or 32) // 8)  # f32 -> 4, bf16 -> 2, i1 -> 1
 
 
-def _script(tile: int, rank: int, parallel: bool) -> str:
+def _script(tile: int, rank: int) -> str:
     tiles = [tile] + [0] * (rank - 1)
     return (
         "module attributes {transform.with_named_sequence} {\n"
@@ -140,7 +142,7 @@ def _script(tile: int, rank: int, parallel: bool) -> str:
         ": (!transform.any_op) -> !transform.any_op\n"
         # Tile the result by rows, then fuse its producers, recursively.
         f"    %tiled, %loop = transform.structured.fuse %op tile_sizes {tiles} "
-        f"{{apply_cleanup{', use_forall' if parallel else ''}}} : (!transform.any_op) -> "
+        "{apply_cleanup, use_forall} : (!transform.any_op) -> "
         "(!transform.any_op, "
         "!transform.any_op)\n"
         # A producer with two consumers in the block (x - mean, read by the
@@ -163,11 +165,15 @@ def fuse_rows(text: str) -> str | None:
             return None
         root, tile, rank, parallel = plan
         root.attributes[TAG] = ir.UnitAttr.get()
-        script = ir.Module.parse(_script(tile, rank, parallel))
+        script = ir.Module.parse(_script(tile, rank))
         interpreter.apply_named_sequence(module.operation, script.body.operations[0], script)
         root_tagged = [op for op in _walk(module) if TAG in op.attributes]
         for op in root_tagged:
             del op.attributes[TAG]
+        if not parallel:
+            for op in _walk(module):
+                if op.name == "scf.forall":
+                    op.attributes[cpu_parallel.SEQUENTIAL] = ir.UnitAttr.get()
     return str(module)
 
 

@@ -2,9 +2,10 @@
 
 Which loops: only those the CPU strategies emit as `scf.forall` (cpu_fusion's
 loops over blocks of rows, cpu_schedule's outer matmul tile loop), and only
-when their work is at least `MIN_PARALLEL_ELEMENTS` results; smaller ones are
-plain `scf.for` loops, because handing blocks to other threads costs more
-than it saves (a few microseconds per dispatch and wake-up).
+when their work is at least `MIN_PARALLEL_ELEMENTS` results (row fusion) or
+`cpu_schedule.MIN_PARALLEL_FLOPS` multiply-adds; smaller ones run in order
+(`scf.for`), because handing blocks to other threads costs more than it saves
+(microseconds per dispatch and wake-up, much more on a loaded machine).
 
 How: `scf-forall-to-parallel`, then `async-parallel-for`, which outlines the
 loop body and splits the iterations into blocks run as async tasks (the
@@ -23,8 +24,10 @@ passes already do.
 
 from __future__ import annotations
 
+# Marks an scf.forall to run in order on the calling thread (work too small).
+SEQUENTIAL = "lazymlir.sequential"
 # Loops over fewer result elements than this stay on the calling thread.
-MIN_PARALLEL_ELEMENTS = 256 * 1024
+MIN_PARALLEL_ELEMENTS = 1024 * 1024
 
 PARALLEL_PASSES = (
     "func.func(scf-forall-to-parallel),"
@@ -34,3 +37,27 @@ PARALLEL_PASSES = (
     "async-parallel-for{num-workers=-1 min-task-size=1},"
     "async-to-async-runtime,async-runtime-ref-counting,async-runtime-ref-counting-opt"
 )
+
+_IN_ORDER = """module attributes {transform.with_named_sequence} {
+  transform.named_sequence @__transform_main(%root: !transform.any_op {transform.readonly}) {
+    %loops = transform.structured.match ops{["scf.forall"]} attributes{%s} in %root
+      : (!transform.any_op) -> !transform.any_op
+    transform.foreach %loops : !transform.any_op {
+    ^bb0(%loop: !transform.any_op):
+      %for = transform.loop.forall_to_for %loop : (!transform.any_op) -> !transform.any_op
+    }
+    transform.yield
+  }
+}
+""".replace("%s", SEQUENTIAL)
+
+
+def run_small_loops_in_order(module) -> None:
+    """scf.forall loops marked SEQUENTIAL -> scf.for (in place, before PARALLEL_PASSES)."""
+    from mlir import ir
+    from mlir.dialects.transform import interpreter
+
+    if SEQUENTIAL not in str(module):
+        return
+    script = ir.Module.parse(_IN_ORDER)
+    interpreter.apply_named_sequence(module.operation, script.body.operations[0], script)

@@ -120,14 +120,20 @@ def to_bufferized(text: str, target: str = "cpu"):
     return module
 
 
+def _schedule(module) -> None:
+    cpu_parallel.run_small_loops_in_order(module)
+    cpu_schedule.apply(module)
+
+
 def to_loops(text: str):
     try:
-        return run_pipeline(UPSTREAM, text, LOOPS_PIPELINE, before=cpu_schedule.apply)
+        return run_pipeline(UPSTREAM, text, LOOPS_PIPELINE, before=_schedule)
     except cpu_schedule.ScheduleFailure as error:
         # A strategy that does not fit an op costs speed, not the graph: the
         # unscheduled pipeline lowers every linalg op to scalar loops.
         log.warning("%s; compiling this graph without tiling/vectorization", error)
-        return run_pipeline(UPSTREAM, text, LOOPS_PIPELINE)
+        return run_pipeline(UPSTREAM, text, LOOPS_PIPELINE,
+                            before=cpu_parallel.run_small_loops_in_order)
 
 
 def _mark_c_interface(module) -> None:

@@ -37,9 +37,10 @@ REG_M, REG_N, REG_K = 8, 32, 4
 # while a 64-row block of A streams past it.
 CACHE_M, CACHE_N, CACHE_K = 64, 256, 256
 # Contractions of at least this many multiply-adds (batch x M x N x K) run
-# their M blocks on all cores (a 128^3 matmul takes ~20 us on one core, about
-# what a dispatch to the other core costs).
-MIN_PARALLEL_FLOPS = 128 * 128 * 256
+# their M blocks on all cores: ~200 us of work on one core. Below, waking
+# and waiting for the other thread costs too much of the gain (an MLP step's
+# 512x256x64 weight gradients ran 4x slower threaded on a loaded machine).
+MIN_PARALLEL_FLOPS = 32 * 1024 * 1024
 
 # Reduction step of an innermost-dim reduction: the largest of these dividing
 # the reduced extent. One step is one vector of up to 256 elements (16 AVX-512

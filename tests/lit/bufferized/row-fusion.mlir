@@ -68,6 +68,8 @@ module {
 // CHECK: arith.divf
 // CHECK-NOT: memref.copy
 // CHECK-NOT: memref<256x1024xf32>
+// Under 1M result elements: marked to run in order (cpu_parallel), not on threads.
+// CHECK: } {lazymlir.sequential}
 // CHECK: return
 
 // -----
