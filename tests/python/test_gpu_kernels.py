@@ -103,9 +103,9 @@ def test_matmul_is_tiled(name, traced):
     kernels = [k for k in _kernels(_gpu_text(traced[name][0])) if "math.fma" in k]
     assert len(kernels) == 1
     (kernel,) = kernels
-    assert kernel.count("memref<8x128xf32, #gpu.address_space<workgroup>>") >= 2
+    assert kernel.count("memref<16x128xf32, #gpu.address_space<workgroup>>") >= 2
     assert kernel.count("gpu.barrier") == 2
-    assert kernel.count("math.fma") == 8 * 64
+    assert kernel.count("math.fma") == 16 * 64
 
 
 @pytest.mark.parametrize("name", sorted(set(CASES) - set(gpu_kernel_cases.MATMULS)
@@ -157,13 +157,13 @@ def test_ptxas_matmul_uses_shared_memory_without_spills(traced, tmp_path):
                                  start="fx", stop="ptx").text
     _, kernels = gpu_stages.executable_parts(ptx_text)
     (image,) = [image for _, image, _ in kernels if b"fma.rn.f32" in image]
-    assert image.count(b"fma.rn.f32") >= 8 * 64
+    assert image.count(b"fma.rn.f32") >= 16 * 64
     src = tmp_path / "k.ptx"
     src.write_bytes(image)
     res = subprocess.run(["ptxas", "-v", "-arch=sm_90", str(src), "-o", str(tmp_path / "o")],
                          capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
-    assert "8192 bytes smem" in res.stderr, res.stderr
+    assert "16384 bytes smem" in res.stderr, res.stderr
     assert "0 bytes spill stores, 0 bytes spill loads" in res.stderr, res.stderr
 
 

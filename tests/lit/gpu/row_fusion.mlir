@@ -148,3 +148,34 @@ module {
 // CHECK: memref.store %{{.*}}, %arg3[%{{.*}}, %{{.*}}] : memref<33x300xf32>
 // CHECK-NOT: memref.copy
 // CHECK: gpu.return
+
+// -----
+
+// Not a row run: the map reads x transposed (x[j, i] for row i), so rows of different
+// blocks would depend on each other; the max keeps its own block-per-row kernel and the
+// map stays a separate elementwise kernel, reading the max from global memory.
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#map1 = affine_map<(d0, d1) -> (d0)>
+#mapT = affine_map<(d0, d1) -> (d1, d0)>
+func.func @transposed(%arg0: memref<64x64xf32>, %arg1: memref<64x64xf32>) {
+  %cst = arith.constant 0xFF800000 : f32
+  %alloc = memref.alloc() : memref<64xf32>
+  linalg.fill ins(%cst : f32) outs(%alloc : memref<64xf32>)
+  linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["parallel", "reduction"]} ins(%arg0 : memref<64x64xf32>) outs(%alloc : memref<64xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %0 = arith.maximumf %in, %out : f32
+    linalg.yield %0 : f32
+  }
+  linalg.generic {indexing_maps = [#mapT, #map1, #map], iterator_types = ["parallel", "parallel"]} ins(%arg0, %alloc : memref<64x64xf32>, memref<64xf32>) outs(%arg1 : memref<64x64xf32>) {
+  ^bb0(%in: f32, %m: f32, %out: f32):
+    %0 = arith.subf %in, %m : f32
+    linalg.yield %0 : f32
+  }
+  memref.dealloc %alloc : memref<64xf32>
+  return
+}
+// CHECK-LABEL: func.func @transposed
+// CHECK: %[[MAX:.*]] = memref.alloc() : memref<64xf32>
+// CHECK: gpu.launch_func @{{.*}} blocks in (%c64, %{{.*}}, %{{.*}}) threads in (%c64, %{{.*}}, %{{.*}}) args(%arg0 : memref<64x64xf32>, %[[MAX]] : memref<64xf32>)
+// CHECK: gpu.launch_func @{{.*}} args(%arg0 : memref<64x64xf32>, %[[MAX]] : memref<64xf32>, %arg1 : memref<64x64xf32>)
+// CHECK: memref.dealloc %[[MAX]]
