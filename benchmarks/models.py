@@ -97,3 +97,18 @@ def gpt_train_step(model: GPT, opt: torch.optim.Optimizer, idx, targets, clip: f
     torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
     opt.step()
     return loss
+
+
+BENCH_BATCH = 8
+
+
+def gpt(cfg: GPTConfig = GPTConfig(), seed: int = 0) -> GPT:
+    """The benchmark GPT with weights fixed by `seed`."""
+    torch.manual_seed(seed)
+    return GPT(cfg)
+
+
+def block(cfg: GPTConfig = GPTConfig(), seed: int = 0) -> Block:
+    """One transformer block in eval mode, weights fixed by `seed`."""
+    torch.manual_seed(seed)
+    return Block(cfg).eval()

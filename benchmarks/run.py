@@ -200,6 +200,73 @@ def _mlp_bench(reps: int, inductor: bool) -> Row:
     return row
 
 
+def _gpt_bench(reps: int, inductor: bool) -> Row:
+    """One AdamW training step of the small GPT (benchmarks/models.py)."""
+    import lazymlir
+
+    from benchmarks import models
+
+    config = models.GPTConfig()
+    idx, targets = models.gpt_batch(config, models.BENCH_BATCH, torch.Generator().manual_seed(1))
+    eager_model = models.gpt(config)
+    eager_opt = torch.optim.AdamW(eager_model.parameters(), lr=1e-3)
+    lazy_model = models.gpt(config).to("lazy_mlir")
+    lazy_opt = torch.optim.AdamW(lazy_model.parameters(), lr=1e-3)
+    idx_l, targets_l = idx.to("lazy_mlir"), targets.to("lazy_mlir")
+
+    def step(model, opt, i, t):
+        opt.zero_grad()
+        loss = models.gpt_loss(model, i, t)
+        loss.backward()
+        opt.step()
+        return loss
+
+    def lazy_step():
+        loss = step(lazy_model, lazy_opt, idx_l, targets_l)
+        lazymlir.mark_step()
+        return loss
+
+    before = _fallbacks()
+    eager, first, lazy, code, _ = _paired_timing(
+        lambda: step(eager_model, eager_opt, idx, targets), lazy_step, reps)
+    fallbacks = _fallbacks() - before
+    err = max((pe - pl.cpu()).abs().max().item()
+              for pe, pl in zip(eager_model.parameters(), lazy_model.parameters()))
+    row = Row(f"gpt train step {config.layers}x(d{config.dim},h{config.heads}) "
+              f"b{models.BENCH_BATCH}xs{config.seq} AdamW", eager, lazy, code, first,
+              max_abs_err=err, fallbacks=fallbacks)
+    compiled_model = models.gpt(config)
+    compiled_opt = torch.optim.AdamW(compiled_model.parameters(), lr=1e-3)
+    _compile_columns(row, lambda: step(compiled_model, compiled_opt, idx, targets), [], reps,
+                     inductor)
+    return row
+
+
+def _block_bench(reps: int, inductor: bool) -> Row:
+    """A transformer block's forward pass in inference (no autograd)."""
+    from benchmarks import models
+
+    config = models.GPTConfig()
+    eager_block = models.block(config)
+    lazy_block = models.block(config).to("lazy_mlir")
+    x = torch.randn(models.BENCH_BATCH, config.seq, config.dim)
+
+    def forward(blk, inp):
+        with torch.no_grad():
+            return blk(inp)
+
+    name = f"transformer block inference b{models.BENCH_BATCH}xs{config.seq}xd{config.dim}"
+    xl = x.to("lazy_mlir")
+    before = _fallbacks()
+    eager, first, lazy, code, out = _paired_timing(lambda: forward(eager_block, x),
+                                                   lambda: forward(lazy_block, xl).cpu(), reps)
+    err = (out - forward(eager_block, x)).abs().max().item()
+    row = Row(name, eager, lazy, code, first, max_abs_err=err,
+              fallbacks=_fallbacks() - before)
+    _compile_columns(row, lambda inp: forward(eager_block, inp), [x], reps, inductor)
+    return row
+
+
 def run(reps: int, inductor: bool, sizes: list[int], only: str = "") -> list[Row]:
     torch.manual_seed(0)
     rows = []
@@ -219,9 +286,11 @@ def run(reps: int, inductor: bool, sizes: list[int], only: str = "") -> list[Row
             continue
         rows.append(_function_bench(name, fn, args, reps, inductor))
         print(_format_row(rows[-1]), flush=True)
-    if only in "mlp":
-        rows.append(_mlp_bench(reps, inductor))
-        print(_format_row(rows[-1]), flush=True)
+    for name, bench in (("mlp", _mlp_bench), ("gpt", _gpt_bench),
+                        ("transformer block", _block_bench)):
+        if only in name:
+            rows.append(bench(reps, inductor))
+            print(_format_row(rows[-1]), flush=True)
     return rows
 
 

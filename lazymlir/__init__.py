@@ -31,6 +31,7 @@ if not (_Path(__file__).parent / "lowering").exists():
 
 from . import config, metrics, session, targets  # noqa: E402
 from .device import register as _register  # noqa: E402
+from .execution import diagnostics as _diagnostics  # noqa: E402
 from .execution.executor import dump_to  # noqa: E402
 from .support.errors import (  # noqa: E402
     CompileError,
@@ -50,12 +51,21 @@ def target() -> str:
     return targets.active().name
 
 
+def debug(enable: bool = True) -> None:
+    """Log why each graph compiles (cause, hash, sizes, the sync's source line) and each
+    eager fallback with its reason, to stderr; same as LAZYMLIR_DEBUG=1."""
+    config.settings().debug = enable
+    _diagnostics.enable(enable)
+
+
 def _configure_logging() -> None:
     level = getattr(_logging, config.settings().log_level.upper(), _logging.WARNING)
     _logging.getLogger("lazymlir").setLevel(level)
+    if config.settings().debug:
+        _diagnostics.enable(True)
 
 
 _configure_logging()
 
-__all__ = ["mark_step", "metrics", "config", "session", "dump_to", "target", "__version__",
+__all__ = ["mark_step", "debug", "metrics", "config", "session", "dump_to", "target", "__version__",
            "LazyMlirError", "CompileError", "CompilerCrashError", "ExecutionError"]

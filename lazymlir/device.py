@@ -12,7 +12,7 @@ import torch
 
 from . import module_moves
 from .execution import executor
-from .tracing import tracer
+from .tracing import device_rules, tracer
 from .tracing.materialize import mark_step, to_cpu
 from .tracing.values import LazyTensor, LazyValue, Node, meta_like
 
@@ -100,6 +100,7 @@ def _wrap(inner: LazyTensor) -> torch.Tensor:
 
 
 def _factory_node(op, args, kwargs, shape, dtype) -> LazyTensor:
+    device_rules.check_supported(dtype, torch.strided, str(op))
     meta = meta_like(shape, dtype)
     return LazyTensor(LazyValue(meta, Node(op, args, kwargs, [meta]), 0))
 
@@ -131,6 +132,16 @@ def _arange(end, dtype=None, layout=None, device=None, pin_memory=None):
 
 def _arange_start(start, end, dtype=None, layout=None, device=None, pin_memory=None):
     return _arange_start_step(start, end, 1, dtype=dtype)
+
+
+def _eye_m(n, m, dtype=None, layout=None, device=None, pin_memory=None):
+    dtype = dtype or torch.get_default_dtype()
+    inner = _factory_node(torch.ops.aten.eye.m, (n, m), {"dtype": dtype}, (n, m), dtype)
+    return _wrap(inner)
+
+
+def _eye(n, dtype=None, layout=None, device=None, pin_memory=None):
+    return _eye_m(n, n, dtype=dtype)
 
 
 def _copy_from(self, dst, non_blocking=False):
@@ -178,6 +189,81 @@ def _install_printing() -> None:
     tensor_str._str_intern = _str_intern
 
 
+def _empty_quantized(*args, **kwargs):
+    """Quantized tensors (`qtensor.to("lazy_mlir")`) reach this: refuse them by name."""
+    device_rules.check_supported(torch.qint8, torch.strided, "aten::empty_quantized")
+
+
+def _install_host_copy() -> None:
+    """`cpu_tensor.copy_(lazy_tensor)` works, as `cpu.copy_(cuda)` does in eager.
+
+    PyTorch's functionalization kernel for copy_ asserts when its destination
+    is not functional and its source is ("mutating a non-functional tensor with
+    a functional tensor is not allowed"): a lazy source into a CPU destination
+    is first brought to the CPU (a sync point), then copied as usual.
+    """
+    original = torch.Tensor.copy_
+    if getattr(original, "_lazymlir", False):
+        return
+
+    def copy_(self, src, non_blocking=False):
+        if (type(src) is torch.Tensor and src.device.type == NAME
+                and self.device.type != NAME and not torch._is_functional_tensor(self)):
+            src = src.to("cpu")
+        return original(self, src, non_blocking)
+
+    copy_._lazymlir = True
+    copy_.__doc__ = original.__doc__
+    torch.Tensor.copy_ = copy_
+
+
+def _install_serialization() -> None:
+    """torch.save of a lazy_mlir tensor stores its values (a sync point), like XLA tensors;
+    torch.load gives a lazy_mlir tensor back (or `map_location`'s device).
+
+    PyTorch pickles tensors of storage-less PrivateUse1 devices through a CPU copy,
+    but a FunctionalTensorWrapper reports a storage, so it took the storage path
+    and failed with "invalid python storage"."""
+    original = torch.Tensor._reduce_ex_internal
+    if getattr(original, "_lazymlir", False):
+        return
+
+    def _reduce_ex_internal(self, proto):
+        if self.device.type != NAME:
+            return original(self, proto)
+        from torch.utils.hooks import warn_if_has_hooks
+
+        warn_if_has_hooks(self)
+        return (torch._utils._rebuild_device_tensor_from_cpu_tensor,
+                (self.detach().to("cpu"), self.dtype, str(self.device), self.requires_grad))
+
+    _reduce_ex_internal._lazymlir = True
+    torch.Tensor._reduce_ex_internal = _reduce_ex_internal
+
+    # map_location="lazy_mlir": storages cannot live on a device without storage, so
+    # the file is loaded to the CPU and its tensors moved to the lazy device.
+    load = torch.load
+
+    def load_to_lazy(f, map_location=None, *args, **kwargs):
+        if not _is_lazy_location(map_location):
+            return load(f, map_location, *args, **kwargs)
+        loaded = load(f, "cpu", *args, **kwargs)
+        return torch.utils._pytree.tree_map(
+            lambda x: x.to(map_location) if isinstance(x, torch.Tensor) else x, loaded)
+
+    load_to_lazy._lazymlir = True
+    load_to_lazy.__doc__ = load.__doc__
+    if not getattr(load, "_lazymlir", False):
+        torch.load = load_to_lazy
+
+
+def _is_lazy_location(location) -> bool:
+    try:
+        return isinstance(location, (str, torch.device)) and torch.device(location).type == NAME
+    except RuntimeError:
+        return False
+
+
 def register() -> None:
     """Idempotent: rename PrivateUse1, install device module/hooks/guard and factory kernels."""
     global _registered, _library
@@ -195,7 +281,14 @@ def register() -> None:
     # empty + arange.start_out (an out= op below functionalization).
     _library.impl("arange", _arange, "PrivateUse1")
     _library.impl("arange.start", _arange_start, "PrivateUse1")
+    # Without these, eye reaches the tracer as empty + eye.m_out (an out= op that
+    # resizes its (0,)-shaped output below functionalization).
+    _library.impl("eye", _eye, "PrivateUse1")
+    _library.impl("eye.m", _eye_m, "PrivateUse1")
     _library.impl("_copy_from", _copy_from, "PrivateUse1")
+    _library.impl("empty_quantized", _empty_quantized, "QuantizedPrivateUse1")
     _install_printing()
     module_moves.install()
+    _install_host_copy()
+    _install_serialization()
     _registered = True

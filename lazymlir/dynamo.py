@@ -9,13 +9,15 @@ lazy device: graph cache (memory and LAZYMLIR_CACHE_DIR), compile worker, dumps
 (LAZYMLIR_DUMP_DIR), metrics, and split-around-unsupported-ops fallback
 (counted; an error with LAZYMLIR_FALLBACK=error).
 
-Inputs and outputs are ordinary CPU tensors (cpu target). The backend is
+Inputs and outputs are ordinary CPU tensors (cpu target). Graphs with symbolic
+sizes are compiled once per concrete shape (`_specialize_per_shape`). The backend is
 registered with Dynamo through the `torch_dynamo_backends` entry point, so
 `backend="lazymlir"` works after `pip install` without importing lazymlir.
 """
 
 from __future__ import annotations
 
+import copy
 import operator
 
 import torch
@@ -117,14 +119,24 @@ def _compile(gm: torch.fx.GraphModule, example_inputs):
     return run
 
 
+def _fma(a, b, c):
+    return a * b + c
+
+
 def _decompositions():
+    from torch._inductor import inductor_prims
     from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 
-    return get_decomposition_table()
+    table = dict(get_decomposition_table())
+    # Dynamo itself rewrites `addcmul_(..., value=)` (every Adam/AdamW/RMSprop step) into
+    # inductor's `prims.fma` (torch._dynamo.config.enable_dynamo_decompositions), an op
+    # only inductor lowers and only `torch._inductor` registers. Eager's addcmul rounds
+    # the product, so a*b+c is what eager computes.
+    table[inductor_prims.fma] = _fma   # make_prim returns the OpOverload itself
+    return table
 
 
-def lazymlir_backend(gm: torch.fx.GraphModule, example_inputs):
-    """The Dynamo backend: AOTAutograd with lazymlir compiling forward and backward."""
+def _static_backend(gm: torch.fx.GraphModule, example_inputs):
     # Attention is traced as its math form: the fused CPU kernels' forward
     # decomposes, but their backward has no decomposition and would run
     # eagerly against a decomposed forward's saved logsumexp (wrong gradients
@@ -132,6 +144,66 @@ def lazymlir_backend(gm: torch.fx.GraphModule, example_inputs):
     with sdpa_kernel([SDPBackend.MATH]):
         return aot_autograd(fw_compiler=_compile, bw_compiler=_compile,
                             decompositions=_decompositions())(gm, example_inputs)
+
+
+def _is_symbolic(value) -> bool:
+    if isinstance(value, torch.SymInt | torch.SymFloat | torch.SymBool):
+        return True
+    return isinstance(value, torch.Tensor) and any(
+        isinstance(d, torch.SymInt) for d in (*value.shape, *value.stride()))
+
+
+def _signature(value):
+    if isinstance(value, torch.Tensor):
+        return (tuple(value.shape), tuple(value.stride()), value.dtype, value.requires_grad)
+    return value
+
+
+def _bind_non_tensors(gm: torch.fx.GraphModule, args) -> tuple[torch.fx.GraphModule, list]:
+    """A copy of `gm` with its non-tensor inputs (sizes Dynamo passes as SymInts)
+    replaced by their values, and the positions of the tensor inputs it still takes."""
+    graph = copy.deepcopy(gm.graph)
+    kept = []
+    for i, (node, value) in enumerate(zip(list(graph.find_nodes(op="placeholder")), args)):
+        if isinstance(value, torch.Tensor):
+            kept.append(i)
+        else:
+            node.replace_all_uses_with(value)
+            graph.erase_node(node)
+    return torch.fx.GraphModule(gm, graph), kept
+
+
+def _specialize_per_shape(gm: torch.fx.GraphModule):
+    """A callable that compiles `gm` once per concrete input signature.
+
+    The pipeline compiles static shapes. Dynamo marks a dimension dynamic after it
+    has seen it change (automatic dynamic shapes, the default of torch.compile) or
+    when asked (dynamic=True), and then hands over a graph with SymInt sizes; it
+    is traced again here with the concrete inputs of each new shape (sizes bound as
+    constants), each specialization goes through the caches like any other graph,
+    and Dynamo's guards stay valid for all of them. Costs one compile per distinct
+    shape, as dynamic=False would, without Dynamo's recompile limit.
+    """
+    specializations: dict[tuple, tuple] = {}
+
+    def run(*args):
+        key = tuple(_signature(a) for a in args)
+        entry = specializations.get(key)
+        if entry is None:
+            static_gm, kept = _bind_non_tensors(gm, args)
+            compiled = _static_backend(static_gm, [args[i] for i in kept])
+            entry = specializations[key] = (compiled, kept)
+        compiled, kept = entry
+        return compiled(*[args[i] for i in kept])
+
+    return run
+
+
+def lazymlir_backend(gm: torch.fx.GraphModule, example_inputs):
+    """The Dynamo backend: AOTAutograd with lazymlir compiling forward and backward."""
+    if any(_is_symbolic(x) for x in example_inputs):
+        return _specialize_per_shape(gm)
+    return _static_backend(gm, example_inputs)
 
 
 # Installed packages register the backend through the entry point; a source

@@ -31,4 +31,28 @@ def reset() -> None:
 
 
 def report() -> str:
-    return session.current().metrics.report()
+    """Counters, timers (totals and percentiles), fallback ops per op, the graph cache's
+    size and, on a device with its own memory, the memory in use."""
+    current = session.current()
+    lines = [current.metrics.report()]
+    cache = current.graph_cache
+    capacity = current.settings.graph_cache_size
+    lines.append(f"Graph cache: {len(cache) if cache is not None else 0} of {capacity} "
+                 f"plans in memory; disk cache: {current.settings.cache_dir or 'off'}")
+    lines.append(f"Device memory: {_device_memory(current.target)}")
+    return "\n".join(lines)
+
+
+def _device_memory(target) -> str:
+    """The cuda target's caching allocator statistics; the cpu target's tensors are host
+    memory (no device memory to report)."""
+    stats = getattr(getattr(target, "runtime", None), "allocator_stats", None)
+    if stats is None:
+        name = getattr(target, "name", None) or "no target yet"
+        return f"n/a ({name}: values are host tensors)" if name == "cpu" else f"n/a ({name})"
+    values = stats()
+    peak = values.get("bytes_peak")
+    return (f"{values['bytes_in_use'] / 2**20:.1f} MiB in use, "
+            f"{values['bytes_cached'] / 2**20:.1f} MiB cached by the allocator"
+            + (f", peak {peak / 2**20:.1f} MiB" if peak is not None
+               else " (the runtime keeps no peak)"))

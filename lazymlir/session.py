@@ -31,6 +31,7 @@ class Session:
         self.target: Any = None               # targets.Target, resolved on first use
         self.graph_cache: Any = None          # execution.graph_cache.GraphCache
         self.worker: Any = None               # execution.worker.CompileWorker
+        self.diagnostics: Any = None          # execution.diagnostics.Diagnostics
         self.verdicts: dict[tuple, str | None] = {}  # (target, op signature) -> why not / None
         self.static_scalar_ops: set[str] = set()  # ops whose scalars must stay constants
         self.warned: set[str] = set()         # fallback ops already warned about

@@ -19,9 +19,10 @@ ALLOWED_DIALECTS: dict[str, frozenset[str]] = {
                          "complex", "affine", "ml_program", "bufferization"}),
     "bufferized": frozenset({"builtin", "func", "linalg", "memref", "arith", "math", "scf", "cf",
                              "complex", "affine", "ml_program", "bufferization"}),
-    # vector: what lowering/cpu_schedule.py tiled and vectorized.
+    # vector: what lowering/cpu_schedule.py tiled and vectorized; async: the
+    # parallel loops (lowering/cpu_parallel.py) as async runtime calls.
     "loops": frozenset({"builtin", "func", "memref", "arith", "math", "scf", "cf", "affine",
-                        "ml_program", "vector", "ub"}),
+                        "ml_program", "vector", "ub", "async"}),
     "llvm": frozenset({"builtin", "llvm"}),
 }
 

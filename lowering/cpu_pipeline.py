@@ -7,8 +7,9 @@ in the upstream bindings (`mlir`), which have the LLVM backends.
 from __future__ import annotations
 
 import logging
+import re
 
-from . import cpu_schedule, i1_storage
+from . import cpu_fusion, cpu_parallel, cpu_schedule, i1_storage
 from .mlir_runner import UPSTREAM, run_pipeline
 from .unique_results import copy_repeated_results
 
@@ -30,6 +31,16 @@ BUFFERIZE_PIPELINE = (
     "canonicalize,cse)"
 )
 
+# After cpu_fusion: its loops write their blocks of rows through
+# tensor.empty slices of the result; eliminate-empty-tensors makes them
+# slices of the result itself, so bufferization writes in place (no block
+# temporary copied into the output).
+# The insertion of a block then copies it onto itself once CSE has merged the
+# two subviews: the last canonicalize drops that copy.
+ROWS_BUFFERIZE_PIPELINE = BUFFERIZE_PIPELINE.replace(
+    "one-shot-bufferize{", "eliminate-empty-tensors,one-shot-bufferize{", 1).replace(
+    "canonicalize,cse)", "canonicalize,cse,canonicalize)")
+
 LOOPS_PIPELINE = (
     "builtin.module("
     # What cpu_schedule did not tile and vectorize: linalg on buffers -> scf
@@ -37,6 +48,11 @@ LOOPS_PIPELINE = (
     "func.func(convert-linalg-to-loops),"
     # Temporaries get deallocations where their last use is.
     "buffer-deallocation-pipeline,convert-bufferization-to-memref,"
+    "canonicalize,cse,"
+    # The scf.forall loops (cpu_fusion, cpu_schedule: only for work large
+    # enough to pay for a dispatch) run on all cores, through the async
+    # runtime shipped with the MLIR tools (lowering/cpu_parallel.py says why).
+    + cpu_parallel.PARALLEL_PASSES + ","
     "canonicalize,cse)"
 )
 
@@ -55,6 +71,9 @@ LLVM_PIPELINE = (
     # fpowi/ipowi with i64 exponents (x**2 from torch) have no correct LLVM
     # intrinsic form; outline them as software loops first.
     "convert-math-to-funcs,convert-scf-to-cf,"
+    # Parallel loops' async runtime ops -> calls into libmlir_async_runtime
+    # (before the arith/func conversions: it leaves arith and func ops).
+    "convert-async-to-llvm,"
     # 1-D vector ops -> LLVM vector instructions (before the arith/math
     # conversions, which it also uses for vector element types). Horizontal
     # sums may reassociate (a shuffle tree, as eager's vectorized sums do):
@@ -69,8 +88,33 @@ LLVM_PIPELINE = (
 )
 
 
-def to_bufferized(text: str):
-    module = run_pipeline(UPSTREAM, text, BUFFERIZE_PIPELINE, before=copy_repeated_results)
+# Contractions the CPU schedule tiles and vectorizes (cpu_schedule).
+_CONTRACTION = re.compile(r"\blinalg\.(batch_)?matmul\b")
+# The shared pipeline without elementwise fusion.
+UNFUSED_BUFFERIZE_PIPELINE = BUFFERIZE_PIPELINE.replace(
+    "func.func(linalg-fuse-elementwise-ops),", "", 1)
+
+
+def to_bufferized(text: str, target: str = "cpu"):
+    pipeline = BUFFERIZE_PIPELINE
+    if target == "cpu":
+        # Row-wise graphs (softmax, layer_norm...) become one loop over blocks
+        # of rows, reductions fused in (cpu_fusion); others are unchanged.
+        fused = cpu_fusion.fuse_rows(text)
+        if fused is not None:
+            # Only then: eliminate-empty-tensors crashes on some other graphs
+            # (an LSTM training step's) in these MLIR bindings.
+            text, pipeline = fused, ROWS_BUFFERIZE_PIPELINE
+    module = run_pipeline(UPSTREAM, text, pipeline, before=copy_repeated_results)
+    if target == "cpu" and len(_CONTRACTION.findall(str(module))) < \
+            len(_CONTRACTION.findall(text)):
+        # linalg-fuse-elementwise-ops propagated a reshape through a matmul
+        # (a Linear on 3-D input) and fused its elementwise producers (a
+        # LayerNorm) into the contraction: recomputed per multiply-add, in a
+        # generic the schedule cannot tile (scalar loops, ~100x slower in a
+        # GPT step). Such graphs are bufferized without elementwise fusion.
+        module = run_pipeline(UPSTREAM, text, UNFUSED_BUFFERIZE_PIPELINE,
+                              before=copy_repeated_results)
     # LLVM 22 cannot lower i1 buffers: store bools as bytes (i1_storage).
     i1_storage.store_bools_as_bytes(module)
     return module

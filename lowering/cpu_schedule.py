@@ -36,6 +36,17 @@ REG_M, REG_N, REG_K = 8, 32, 4
 # Cache tile caps (M x N x K): a 256 x 32 slice of B (32 KiB) stays in L1
 # while a 64-row block of A streams past it.
 CACHE_M, CACHE_N, CACHE_K = 64, 256, 256
+# Contractions of at least this many multiply-adds (batch x M x N x K) run
+# their M blocks on all cores (a 128^3 matmul takes ~20 us on one core, about
+# what a dispatch to the other core costs).
+MIN_PARALLEL_FLOPS = 128 * 128 * 256
+
+# Reduction step of an innermost-dim reduction: the largest of these dividing
+# the reduced extent. One step is one vector of up to 256 elements (16 AVX-512
+# registers) folded by a reassociated tree (independent adds), then into the
+# scalar accumulator: one dependent accumulator update per 256 elements
+# instead of per 16 (the horizontal-reduce latency dominated row reductions).
+REDUCTION_TILES = (256, 128, 64, 32, 16, 8)
 
 
 @dataclass
@@ -110,14 +121,29 @@ def _contraction_plan(op, index: int) -> Plan | None:
     cm, cn, ck = _cache_tile(m, rm, CACHE_M), _cache_tile(n, rn, CACHE_N), \
         _cache_tile(k, rk, CACHE_K)
     batch = [1] if name == "linalg.batch_matmul" else []
-    outer = batch + [cm, cn, ck]
-    inner = batch + [rm, rn, rk]
-    loops = len(outer)
-    handles = ", ".join(["!transform.any_op"] * (loops + 1))
+    nbatch = a[0] if batch else 1
     h = f"%op{index}"
-    script = (
-        f"    %c{index}, %cl{index}:{loops} = transform.structured.tile_using_for {h} "
-        f"tile_sizes {outer} : (!transform.any_op) -> ({handles})\n"
+    script = ""
+    # Large enough: the M blocks (and batches) are an scf.forall, which runs
+    # on all cores (cpu_parallel); the rest of the schedule is per block.
+    if nbatch * m * n * k >= MIN_PARALLEL_FLOPS and nbatch * (m // cm) >= 2:
+        outer_par = batch + [cm, 0, 0]
+        script += (
+            f"    %p{index}, %pl{index} = transform.structured.tile_using_forall {h} "
+            f"tile_sizes {outer_par} : (!transform.any_op) -> (!transform.any_op, "
+            "!transform.any_op)\n")
+        h = f"%p{index}"
+        outer = [0] * len(batch) + [0, cn, ck]
+    else:
+        outer = batch + [cm, cn, ck]
+    inner = batch + [rm, rn, rk]
+    loops = len(inner)
+    outer_loops = sum(1 for t in outer if t)
+    handles = ", ".join(["!transform.any_op"] * (loops + 1))
+    outer_handles = ", ".join(["!transform.any_op"] * (outer_loops + 1))
+    script += (
+        f"    %c{index}, %cl{index}:{outer_loops} = transform.structured.tile_using_for {h} "
+        f"tile_sizes {outer} : (!transform.any_op) -> ({outer_handles})\n"
         f"    %r{index}, %rl{index}:{loops} = transform.structured.tile_using_for %c{index} "
         f"tile_sizes {inner} : (!transform.any_op) -> ({handles})\n"
         f"    transform.structured.vectorize %r{index} : !transform.any_op\n"
@@ -134,10 +160,11 @@ def _contraction_plan(op, index: int) -> Plan | None:
 def _innermost_reduction_plan(op, index: int) -> Plan | None:
     """Vectorize a generic whose only reduction is its innermost loop (sum, max, mean, norms).
 
-    Parallel loops are tiled by 1 and the reduction by 16 (one AVX-512
-    vector): each step reads 16 contiguous elements per input and folds them
-    into the accumulator with one horizontal `vector.reduction` (reassociated
-    into a shuffle tree by convert-vector-to-llvm, like eager's vectorized sums).
+    Parallel loops are tiled by 1 and the reduction by up to 256
+    (REDUCTION_TILES): each step reads that many contiguous elements per input
+    and folds them into the accumulator with one horizontal `vector.reduction`
+    (reassociated into a tree by convert-vector-to-llvm, like eager's
+    vectorized sums).
     """
     if op.operation.name != "linalg.generic":
         return None
@@ -164,7 +191,7 @@ def _innermost_reduction_plan(op, index: int) -> Plan | None:
     loop_sizes = _loop_sizes(op, rank)
     if loop_sizes is None:
         return None
-    rk = _largest_divisor(loop_sizes[-1], (16, 8))
+    rk = _largest_divisor(loop_sizes[-1], REDUCTION_TILES)
     if rk == 1:
         return None
     tiles = [1] * (rank - 1) + [rk]

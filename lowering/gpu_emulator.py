@@ -43,6 +43,7 @@ from pathlib import Path
 from mlir import ir, passmanager
 from mlir.dialects import arith, func, memref, scf
 
+from .gpu_matmul import unroll_barrier_loops
 from .gpu_pipeline import GpuLoweringError, gpu_modules
 from .mlir_runner import PipelineFailure
 
@@ -112,6 +113,7 @@ def _kernel_to_func(kernel, module: ir.Module, prefix: str = "") -> tuple[str, l
     later one is kept per thread in a block-sized buffer. Workgroup memory becomes a
     buffer per block (the function runs one block)."""
     name = ir.StringAttr(kernel.attributes["sym_name"]).value
+    unroll_barrier_loops(kernel)  # tiled matmul: its k loop holds the barriers
     ftype = ir.FunctionType(ir.TypeAttr(kernel.attributes["function_type"]).value)
     inputs = list(ftype.inputs)
     region = kernel.regions[0]
@@ -207,10 +209,15 @@ def _keep_values_per_thread(nests, block_dim, threads) -> None:
                     raise GpuLoweringError("emulator: a memref value crosses a barrier")
                 with ir.InsertionPoint(loops[0]):
                     dyn = ir.ShapedType.get_dynamic_size()
-                    buf = memref.AllocaOp(ir.MemRefType.get([dyn], result.type),
+                    # i1 (a guard reused after a barrier) is kept as i8: memref
+                    # lowering cannot store sub-byte elements.
+                    flag = str(result.type) == "i1"
+                    held = ir.IntegerType.get_signless(8) if flag else result.type
+                    buf = memref.AllocaOp(ir.MemRefType.get([dyn], held),
                                           [threads], []).result
                 with ir.InsertionPoint(anchor):
-                    memref.StoreOp(result, buf, [lin[p]])
+                    memref.StoreOp(arith.ExtUIOp(held, result).result if flag else result,
+                                   buf, [lin[p]])
                 for use in list(result.uses):
                     owner = use.owner
                     q = next((q for q in later if _inside(owner, loops[q])), None)
@@ -218,6 +225,8 @@ def _keep_values_per_thread(nests, block_dim, threads) -> None:
                         continue
                     with ir.InsertionPoint(owner):
                         value = memref.LoadOp(buf, [lin[q]]).result
+                        if flag:
+                            value = arith.TruncIOp(result.type, value).result
                     owner.operands[use.operand_number] = value
 
 

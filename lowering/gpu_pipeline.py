@@ -6,16 +6,24 @@ build of LLVM 22, which has the NVPTX target); the stage registry calls them.
 Route (chosen because every step exists as a registered pass or a small Python rewrite
 in this LLVM 22 build, and it yields correct PTX for every sample graph):
 
+0. Python: runs of row ops over the same rows (softmax, log_softmax, layer_norm: row
+   reductions and row maps) become one kernel, one block per row, the row in registers
+   (`gpu_row_fusion.py`).
 1. `linalg-generalize-named-ops`: matmul/fill/transpose become `linalg.generic`, so the
    Python rewrites below only ever see one op kind.
 2. Python: iteration dims of every generic are permuted so that parallel dims come first.
    `convert-linalg-to-parallel-loops` only puts the *outermost* run of parallel dims in an
    `scf.parallel`; a reduction dim in front would leave a host-side `scf.for` around it.
-3. Python: reductions whose parallel extent is small (full reductions above all) are split:
-   `scf.parallel` over (kept dims, chunk), each thread folds one chunk serially in a
-   register, then combines it into the output with one `memref.atomic_rmw` (two-level
-   scheme: no identity element is needed, the output was initialised by the preceding
-   fill). Other reductions stay parallel over the kept dims, serial over the reduced ones.
+3. Python: float contractions (matmul, batch matmul, transposed operands) with M, N >= 32
+   become the shared-memory tiled kernel of `gpu_matmul.py`. Reductions over contiguous
+   rows (the innermost input dim is reduced: row sums/max/mean, softmax/layer_norm
+   statistics, full reductions) become one block per row (or per row slice) with a
+   shared-memory tree (`gpu_row_reduce.py`). Of the rest, reductions whose parallel
+   extent is small (full reductions above all) are split: `scf.parallel` over (kept
+   dims, chunk), each thread folds one chunk serially in a register, then combines it
+   into the output with one `memref.atomic_rmw` (two-level scheme: no identity element
+   is needed, the output was initialised by the preceding fill). Other reductions stay
+   parallel over the kept dims, serial over the reduced ones.
 4. `convert-linalg-to-parallel-loops`.
 5. Python: each top-level `scf.parallel` is linearised into one 2-d loop
    (block, thread) with an explicit `gpu.loop_dim_map` mapping (block_x, thread_x) and a
@@ -24,8 +32,9 @@ in this LLVM 22 build, and it yields correct PTX for every sample graph):
    `scf-parallel-loop-tiling` sizes nor `gpu-map-parallel-loops` (dim 0 -> x) offer.
 6. `convert-parallel-loops-to-gpu`, `gpu-kernel-outlining` (see `GPU_PIPELINE`).
 
-Shared memory is not used: matmul is one thread per output element, tiled into blocks
-of `block_size` consecutive outputs (row-major), which keeps B-matrix loads coalesced.
+Shared memory is used by row reductions, fused row runs and float matmuls with M and
+N >= 32 (`gpu_matmul.py`: 128x128 tiles through shared memory, 8x8 register tiles,
+FMA); smaller matmuls stay one thread per output element.
 """
 
 from __future__ import annotations
@@ -39,6 +48,9 @@ from mlir import ir, passmanager
 from mlir.dialects import arith, gpu, scf
 
 from .gpu_reductions import _cidx, _walk, split_reductions
+from .gpu_matmul import tile_matmuls
+from .gpu_row_fusion import fuse_row_runs
+from .gpu_row_reduce import row_reductions
 from .mlir_runner import PipelineFailure
 
 
@@ -52,8 +64,10 @@ class GpuOptions:
     features: str = ""
     # Reduction split: chunk folded serially by one thread before the atomic combine.
     reduction_chunk: int = 64
-    # Split a reduction when fewer than this many outputs would be computed in parallel.
-    split_below: int = 4096
+    # Split a reduction when fewer than this many outputs would be computed in parallel
+    # (H100: 132 SMs x 2048 threads = 270K resident threads; 65536 kept elements, one
+    # thread each, leave most of them idle).
+    split_below: int = 65536
     opt_level: int = 3
     libdevice: str | None = None
 
@@ -451,9 +465,10 @@ def _fills_to_memset(module: ir.Module) -> None:
 def _map_host_loops(module: ir.Module, opts: GpuOptions) -> None:
     host = host_func(module)
     for op in list(host.regions[0].blocks[0].operations):
-        if op.operation.name == "scf.parallel":
+        if op.operation.name in ("scf.parallel", "gpu.launch"):
             _sink_globals(op)
             _sink_scalar_reads(op)
+        if op.operation.name == "scf.parallel":
             _map_parallel_loop(op, opts.block_size)
     _erase_dead_host_scalars(host)
 
@@ -467,9 +482,12 @@ def to_gpu(module: ir.Module, options=None) -> ir.Module:
     opts = _opts(options)
     with module.context, ir.Location.unknown(module.context):
         host_func(module)
+        fuse_row_runs(module)
         _fills_to_memset(module)
         _run(module, PRE_LOOPS_PIPELINE)
         _interchange_parallel_first(module)
+        tile_matmuls(module)
+        row_reductions(module)
         split_reductions(module, opts.reduction_chunk, opts.split_below)
         _wrap_serial_generics(module)
         _run(module, LOOPS_PIPELINE)
@@ -507,7 +525,28 @@ def to_nvvm(module: ir.Module, options=None) -> ir.Module:
     opts = _opts(options)
     with module.context:
         _run(module, NVVM_PIPELINE.format(target=_target_options(opts)))
+        _relax_atomics(module)
     return module
+
+
+# llvm.atomicrmw `ordering` values (LLVM's AtomicOrdering).
+_MONOTONIC = 2
+
+
+def _relax_atomics(module: ir.Module) -> None:
+    """Reduction atomics only combine partial results of the same kernel: nothing is
+    ordered by them (the next kernel starts after this one ends). MemRefToLLVM emits
+    them `acq_rel` at system scope, which makes the NVPTX CAS loops of float max/min
+    `atom.acq_rel.sys.global.cas`; relaxed at device scope (`.relaxed.gpu`) suffices."""
+    for g in gpu_modules(module):
+        def visit(op):
+            if op.name == "llvm.atomicrmw":
+                op.attributes["ordering"] = ir.IntegerAttr.get(
+                    ir.IntegerType.get_signless(64), _MONOTONIC)
+                op.attributes["syncscope"] = ir.StringAttr.get("device")
+            return ir.WalkResult.ADVANCE
+
+        g.operation.walk(visit)
 
 
 def _needs_libdevice(module: ir.Module) -> list[str]:

@@ -8,14 +8,14 @@ full reduction (`x.sum()`) would run on one thread. Here such a `linalg.generic`
 
 becomes
 
-    scf.parallel (p.., k) over (P.., ceil(|R| / C)):
+    scf.parallel (k, p..) over (ceil(|R| / C), P..):
         acc = f(ins[p, r0]); for r in chunk k (after r0): acc = comb(acc, f(ins[p, r]))
         memref.atomic_rmw <comb> acc, out[p]
 
 Each thread starts from its chunk's first element, so no identity value is needed; the
 output's initial value (the preceding fill) is combined in by the atomics. Combiners
 without a usable atomic (mulf/muli: `prod`) store each chunk's result into a temporary
-`[P.., chunks]` buffer instead, and a second loop folds the chunks into the output. Only generics
+`[chunks, P..]` buffer instead, and a second loop folds the chunks into the output. Only generics
 with one output whose body yields `comb(out, e)` (e independent of out) with an atomic
 `comb` are rewritten; others keep the serial inner loop.
 """
@@ -152,16 +152,19 @@ def _rewrite(op, comb, e, chunk: int, extents: list[int], npar: int) -> None:
             # No atomic for this combiner: each chunk stores its partial result, a second
             # loop combines them (see _combine_partials).
             elem = ir.MemRefType(out.type).element_type
-            partials = memref.AllocOp(ir.MemRefType.get([*par_ext, nchunks], elem), [], []).result
+            partials = memref.AllocOp(ir.MemRefType.get([nchunks, *par_ext], elem), [], []).result
         else:
             kind = arith.AtomicRMWKind[kind]
         zero, one = _cidx(0), _cidx(1)
-        ubs = [_cidx(x) for x in par_ext] + [_cidx(nchunks)]
+        # Chunk index outermost: consecutive threads take consecutive kept elements, so a
+        # column reduction (`x.sum(0)`) reads coalesced rows.
+        ubs = [_cidx(nchunks)] + [_cidx(x) for x in par_ext]
         loop = scf.ParallelOp([], [zero] * len(ubs), ubs, [one] * len(ubs), [])
         body = loop.regions[0].blocks.append(*([index] * len(ubs)))
     with ir.InsertionPoint(body), op.location:
-        pivs = list(body.arguments)[:npar]
-        start = arith.MulIOp(body.arguments[npar], _cidx(chunk)).result
+        chunk_iv = body.arguments[0]
+        pivs = list(body.arguments)[1:]
+        start = arith.MulIOp(chunk_iv, _cidx(chunk)).result
         end = arith.AddIOp(start, _cidx(chunk)).result
         if total_r % chunk:
             end = arith.MinUIOp(end, _cidx(total_r)).result
@@ -192,7 +195,7 @@ def _rewrite(op, comb, e, chunk: int, extents: list[int], npar: int) -> None:
         if partials is None:
             memref.AtomicRMWOp(kind, loop_r.results[0], out, out_idx)
         else:
-            memref.StoreOp(loop_r.results[0], partials, pivs + [body.arguments[npar]])
+            memref.StoreOp(loop_r.results[0], partials, [chunk_iv] + pivs)
         scf.ReduceOp([], 0)
     if partials is not None:
         with ir.InsertionPoint(op), op.location:
@@ -217,7 +220,7 @@ def _combine_partials(op, comb, partials, par_ext, nchunks, out_map, npar) -> No
         init = memref.LoadOp(out, out_idx).result
         fold = scf.ForOp(zero, _cidx(nchunks), one, [init])
         with ir.InsertionPoint(fold.body):
-            part = memref.LoadOp(partials, pivs + [fold.induction_variable]).result
+            part = memref.LoadOp(partials, [fold.induction_variable] + pivs).result
             new = comb.clone()
             new.operands[0], new.operands[1] = fold.inner_iter_args[0], part
             scf.YieldOp([new.results[0]])
@@ -230,7 +233,7 @@ def _out_results(out_map, npar):  # noqa: ARG001
     return list(out_map.results)
 
 
-def split_reductions(module, chunk: int = 64, split_below: int = 4096) -> int:
+def split_reductions(module, chunk: int = 64, split_below: int = 65536) -> int:
     """Rewrite the reductions worth splitting; return how many were rewritten.
 
     Expects generics with parallel dims first (gpu_pipeline interchanges them)."""

@@ -21,6 +21,9 @@ cannot be told apart from a deliberate select).
   lost ~2e-5 relative over 50M elements; eager's cascade sum is ~1e-8.
 - NaN propagates through maximum/minimum/clamp as in eager, and argmax/argmin/
   max.dim/min.dim return the index of the first NaN.
+- bool + bool is a logical or (torch-mlir added a bool tensor and `True` as i1).
+- Clamps (by tensors) and sorts of bools run on int32: torch-mlir orders i1
+  as signed, True below False.
 """
 
 from __future__ import annotations
@@ -89,9 +92,9 @@ def _cast(b: _Builder, x: torch.fx.Node, dtype: torch.dtype) -> torch.fx.Node:
 
 def _reduced_dims(x: torch.fx.Node, dims) -> list[int]:
     rank = _val(x).dim()
-    if dims is None or len(dims) == 0:
-        return list(range(rank))
-    return sorted(d % rank if rank else 0 for d in dims)
+    if dims is None or len(dims) == 0 or rank == 0:
+        return list(range(rank))  # a 0-d tensor reduced over dim 0 or -1: nothing to block
+    return sorted(d % rank for d in dims)
 
 
 # -- half-precision reductions -------------------------------------------------
@@ -315,7 +318,53 @@ def _first_nan_index(b: _Builder, node: torch.fx.Node):
     return None
 
 
-REWRITES = (_half_accumulation, _widen_bytes, _blocked, _layer_norm, _nan_minmax, _first_nan_index)
+def _bool_add(b: _Builder, node: torch.fx.Node):
+    """bool + bool is logical or in eager (True + True is True); torch-mlir adds a bool
+    tensor and a Python bool as i1 integers, so `bool_tensor + True` wrapped to False."""
+    if node.target not in (aten.add.Tensor, aten.add.Scalar) or not _is_tensor(node, torch.bool):
+        return None
+    x, y = node.args[:2]
+    if isinstance(y, torch.fx.Node):
+        return b(aten.logical_or.default, x, y)
+    if not y:
+        return x
+    # all True; not ones_like, which becomes a bool literal torch-mlir mistypes as si8
+    return b(aten.logical_or.default, x, b(aten.logical_not.default, x))
+
+
+# -- bool order ------------------------------------------------------------------
+
+_BOOL_CLAMPS = {aten.clamp_min.Tensor, aten.clamp_max.Tensor, aten.clamp.Tensor}
+_SORTS = {aten.sort.default, aten.sort.stable}
+
+
+def _bool_order(b: _Builder, node: torch.fx.Node):
+    """torch-mlir orders i1 as signed (True is -1, below False): clamps and sorts
+    of bools are computed on int32 (False < True, as eager) and cast back."""
+    if node.target in _BOOL_CLAMPS:
+        if not _is_tensor(node.args[0], torch.bool) or _val(node).dtype != torch.bool:
+            return None
+        args = tuple(_cast(b, a, torch.int32) if _is_tensor(a, torch.bool) else a
+                     for a in node.args)
+        return _cast(b, b(node.target, *args, **node.kwargs), torch.bool)
+    if node.target in _SORTS and _is_tensor(node.args[0], torch.bool):
+        users = list(node.users)
+        if not users or not all(u.target is operator.getitem for u in users):
+            return None
+        b = _Builder(b.graph, max(users, key=_position).next, b.mode, b.created)
+        wide = b(node.target, _cast(b, node.args[0], torch.int32), *node.args[1:],
+                 **node.kwargs)
+        for user in users:
+            item = b(operator.getitem, wide, user.args[1])
+            _replace(user, _cast(b, item, torch.bool) if user.args[1] == 0 else item,
+                     b.created)
+        if not node.users:
+            node.graph.erase_node(node)
+    return None
+
+
+REWRITES = (_half_accumulation, _widen_bytes, _blocked, _layer_norm, _nan_minmax, _first_nan_index,
+            _bool_add, _bool_order)
 
 
 def apply(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:

@@ -65,7 +65,7 @@ _ALL = {
               "torch backend contract: value semantics, shapes and dtypes refined"),
         Stage("linalg", "mlir", lambda t, o: torch_stages.to_linalg(t),
               "linalg-on-tensors (+arith/math/tensor)"),
-        Stage("bufferized", "mlir", lambda t, o: cpu_pipeline.to_bufferized(t),
+        Stage("bufferized", "mlir", lambda t, o: cpu_pipeline.to_bufferized(t, o.target),
               "linalg on memrefs, results as out-parameters"),
         Stage("loops", "mlir", lambda t, o: cpu_pipeline.to_loops(t),
               "CPU: scf loops over memrefs"),

@@ -27,9 +27,9 @@ from pathlib import Path
 import torch
 
 from .. import session, targets
-from ..lowering import fx_graph
+from ..lowering import checks, fx_graph
 from ..support.errors import CompileError
-from . import fallback, graph_cache
+from . import diagnostics, fallback, graph_cache
 from .compiler import CompileOptions, compile_graph, probe
 from .worker import CompileWorker
 
@@ -58,23 +58,40 @@ def _cache(current) -> graph_cache.GraphCache:
 
 
 def _plan(current, target, graph: dict, key: str):
+    if not current.settings.bounds_checks:
+        key += "-unchecked"  # another plan: the graph compiled without checks.py
     cache = _cache(current)
     plan = cache.get(key)
     if plan is not None:
         current.metrics.inc("CachedCompile")
         return plan
+    compiles = current.metrics.counter("UncachedCompile")
     plan = _make_plan(current, target, graph, key)
+    note = None
+    if isinstance(plan, Partitioned):  # its compiled segments are logged as they compile
+        note = (f"does not lower as a whole: split around "
+                f"{sorted({_op_name(graph['nodes'][i]) for i in plan.eager})}")
+    diagnostics.on_compile(current, graph, key, target.name, _sync_location,
+                           from_disk=current.metrics.counter("UncachedCompile") == compiles,
+                           note=note)
     cache.put(key, plan)
     return plan
 
 
 def _make_plan(current, target, graph: dict, key: str):
+    original = graph
+    checked = checks.instrument(graph) if current.settings.bounds_checks else None
+    if checked is not None:
+        if checked.static_error:  # e.g. `int_tensor % 0`: eager raises its error
+            return EagerReference(graph)
+        graph = checked.graph
+    flags = checked.checks if checked is not None else 0
     text = fx_graph.dumps(graph)
     entry = graph_cache.disk_entry(current.settings.cache_dir, key, target.fingerprint())
     artifact = graph_cache.load_artifact(entry, text, target.is_complete)
     if artifact is not None:
         try:
-            plan = Compiled(target.load(artifact, fx_graph.output_metas(graph)))
+            plan = Compiled(target.load(artifact, fx_graph.output_metas(graph)), original, flags)
             current.metrics.inc("CachedCompile")
             current.metrics.inc("DiskCacheHit")
             return plan
@@ -87,9 +104,9 @@ def _make_plan(current, target, graph: dict, key: str):
     except CompileError as error:
         if not fallback.allowed():
             raise
-        return _partition(current, target, graph, error)
+        return _partition(current, target, original, error)
     graph_cache.save_artifact(entry, artifact, text)
-    return Compiled(target.load(artifact, fx_graph.output_metas(graph)))
+    return Compiled(target.load(artifact, fx_graph.output_metas(graph)), original, flags)
 
 
 # ------------------------------------------------------------- compiling
@@ -271,15 +288,46 @@ def single_node_graph(graph: dict, index: int) -> dict:
 # ------------------------------------------------------------- plans
 
 class Compiled:
-    """The whole graph is one executable; scalars are passed as 0-d float64 inputs."""
+    """The whole graph is one executable; scalars are passed as 0-d float64 inputs.
 
-    def __init__(self, executable):
+    With `flags` > 0 the executable was built from `checks.instrument(graph)`: its
+    last output holds the check flags. If one is set, the graph runs eagerly on
+    CPU, which raises eager's error (an out-of-range index, a zero divisor)."""
+
+    def __init__(self, executable, graph: dict, flags: int = 0):
         self.executable = executable
+        self.graph = graph
+        self.flags = flags
 
     def run(self, target, inputs: list, scalars: list[float]) -> list:
         scalar_data = [target.upload(torch.tensor(s, dtype=fx_graph.SCALAR_DTYPE))
                        for s in scalars]
-        return self.executable.run(list(inputs) + scalar_data)
+        outputs = self.executable.run(list(inputs) + scalar_data)
+        if not self.flags:
+            return outputs
+        flags = target.download(outputs.pop(), torch.empty(self.flags, dtype=torch.bool,
+                                                           device="meta"))
+        if bool(flags.any()):
+            return EagerReference(self.graph).run(target, inputs, scalars)
+        return outputs
+
+
+class EagerReference:
+    """The graph run op by op with eager PyTorch on CPU: what a failed check runs, to
+    raise eager's own error (class and message) from the sync point."""
+
+    def __init__(self, graph: dict):
+        self.graph = graph
+
+    def run(self, target, inputs: list, scalars: list[float]) -> list:
+        env: dict[tuple, object] = {("input", i, 0): data for i, data in enumerate(inputs)}
+        env.update({("scalar", i, 0): value for i, value in enumerate(scalars)})
+        for index in range(len(self.graph["nodes"])):
+            run_node_eagerly(self.graph, target, index, env)
+        # Eager did not fail (a check is stricter than eager): its results are right.
+        log.warning("a compiled check failed but eager PyTorch raised no error; "
+                    "using eager's results")
+        return [env[tuple(o["ref"])] for o in self.graph["outputs"]]
 
 
 class Partitioned:
@@ -325,32 +373,35 @@ class Partitioned:
                                   [env[r] for r in reads if r[0] == "scalar"])
                 env.update(zip(outs, results))
             else:
-                self._run_eager(target, step[1], env)
+                fallback.count(_op_name(self.graph["nodes"][step[1]]), self.eager[step[1]])
+                run_node_eagerly(self.graph, target, step[1], env)
         return [env[tuple(o["ref"])] for o in self.graph["outputs"]]
 
-    def _run_eager(self, target, index: int, env: dict) -> None:
-        node = self.graph["nodes"][index]
-        op = fx_graph.resolve_op(node["op"])
 
-        def decode(value):
-            if isinstance(value, dict) and "ref" in value:
-                ref = tuple(value["ref"])
-                if ref[0] == "scalar":
-                    return env[ref]
-                desc = _ref_desc(self.graph, ref)
-                meta = torch.empty(desc["shape"], dtype=fx_graph.dtype_from_name(desc["dtype"]),
-                                   device="meta")
-                return target.download(env[ref], meta)
-            if isinstance(value, list):
-                return [decode(v) for v in value]
-            return fx_graph.decode_scalar(value)
+def run_node_eagerly(graph: dict, target, index: int, env: dict) -> None:
+    """Run node `index` of `graph` with PyTorch on CPU, reading and writing target
+    buffers in `env` (ref -> buffer, or the value of a scalar input)."""
+    node = graph["nodes"][index]
+    op = fx_graph.resolve_op(node["op"])
 
-        fallback.count(op._schema.name, self.eager[index])
-        out = op(*[decode(a) for a in node["args"]],
-                 **{k: decode(v) for k, v in node["kwargs"].items()})
-        for k, tensor in enumerate(out if isinstance(out, (list, tuple)) else [out]):
-            if isinstance(tensor, torch.Tensor):  # None: an output nobody asked for
-                env[("node", index, k)] = target.upload(tensor.contiguous())
+    def decode(value):
+        if isinstance(value, dict) and "ref" in value:
+            ref = tuple(value["ref"])
+            if ref[0] == "scalar":
+                return env[ref]
+            desc = _ref_desc(graph, ref)
+            meta = torch.empty(desc["shape"], dtype=fx_graph.dtype_from_name(desc["dtype"]),
+                               device="meta")
+            return target.download(env[ref], meta)
+        if isinstance(value, list):
+            return [decode(v) for v in value]
+        return fx_graph.decode_scalar(value)
+
+    out = op(*[decode(a) for a in node["args"]],
+             **{k: decode(v) for k, v in node["kwargs"].items()})
+    for k, tensor in enumerate(out if isinstance(out, (list, tuple)) else [out]):
+        if isinstance(tensor, torch.Tensor):  # None: an output nobody asked for
+            env[("node", index, k)] = target.upload(tensor.contiguous())
 
 
 # ------------------------------------------------------------- dumps

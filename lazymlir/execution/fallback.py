@@ -15,6 +15,7 @@ import warnings
 import torch
 
 from .. import lowering, session
+from . import diagnostics
 
 # Frames inside these packages are not the user's: a warning points past them
 # (lowering/ sits beside lazymlir/ in a source checkout).
@@ -39,6 +40,7 @@ def count(name: str, reason: str | None = None) -> None:
     current = session.current()
     current.metrics.inc(name)
     current.metrics.inc("FallbackOps")
+    diagnostics.on_fallback(current, name, reason)
     if name not in current.warned and current.settings.fallback == "warn":
         current.warned.add(name)
         why = f": {reason.splitlines()[0]}" if reason else ""

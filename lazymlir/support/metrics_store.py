@@ -3,7 +3,8 @@
 Counters: UncachedCompile, CachedCompile, MarkStep, Sync, DiskCacheHit,
 FallbackOps, CompileWorkerStart, CompilerCrash, and `aten::<op>` for each op
 that ran with eager fallback. Timers: CompileTime, ExecuteTime, TraceTime
-(seconds, with sample counts). One `Metrics` per session (lazymlir/session.py);
+(seconds, with sample counts, totals and percentiles over the last
+`SAMPLES` samples). One `Metrics` per session (lazymlir/session.py);
 `lazymlir.metrics` is the public view of the current one.
 """
 
@@ -11,8 +12,18 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from contextlib import contextmanager
+
+SAMPLES = 4096  # per timer, the most recent samples kept for percentiles
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """The q-th percentile (0..100) of sorted values, nearest rank."""
+    if not sorted_values:
+        return 0.0
+    rank = max(0, min(len(sorted_values) - 1, round(q / 100 * len(sorted_values) + 0.5) - 1))
+    return sorted_values[rank]
 
 
 class Metrics:
@@ -21,7 +32,7 @@ class Metrics:
     def __init__(self):
         self._lock = threading.Lock()
         self._counters: Counter[str] = Counter()
-        self._timers: dict[str, list] = {}  # name -> [count, seconds]
+        self._timers: dict[str, list] = {}  # name -> [count, seconds, recent samples]
 
     def inc(self, name: str, amount: int = 1) -> None:
         with self._lock:
@@ -29,9 +40,12 @@ class Metrics:
 
     def add_time(self, name: str, seconds: float) -> None:
         with self._lock:
-            entry = self._timers.setdefault(name, [0, 0.0])
+            entry = self._timers.get(name)
+            if entry is None:
+                entry = self._timers[name] = [0, 0.0, deque(maxlen=SAMPLES)]
             entry[0] += 1
             entry[1] += seconds
+            entry[2].append(seconds)
 
     @contextmanager
     def timed(self, name: str):
@@ -50,8 +64,13 @@ class Metrics:
             return self._counters.get(name, 0)
 
     def timers(self) -> dict[str, dict[str, float]]:
+        """Per timer: count, total_s, and p50_s/p90_s/p99_s/max_s of the recent samples."""
         with self._lock:
-            return {k: {"count": v[0], "total_s": v[1]} for k, v in self._timers.items()}
+            entries = {k: (v[0], v[1], sorted(v[2])) for k, v in self._timers.items()}
+        return {k: {"count": count, "total_s": total,
+                    **{f"p{q}_s": percentile(samples, q) for q in (50, 90, 99)},
+                    "max_s": samples[-1] if samples else 0.0}
+                for k, (count, total, samples) in entries.items()}
 
     def fallback_ops(self) -> dict[str, int]:
         """The ops that ran with eager fallback, with counts ({'aten::nonzero': 2})."""
@@ -65,11 +84,18 @@ class Metrics:
     def report(self) -> str:
         lines = ["Counters:"]
         for name, value in sorted(self.counters().items()):
-            lines.append(f"  {name:<24} {value}")
-        lines.append("Timers:")
+            if not name.startswith("aten::"):
+                lines.append(f"  {name:<24} {value}")
+        lines.append(f"Timers (ms; percentiles over the last {SAMPLES} samples):")
         for name, entry in sorted(self.timers().items()):
             count, total = entry["count"], entry["total_s"]
             mean_ms = 1e3 * total / count if count else 0.0
-            lines.append(f"  {name:<24} count={count:<6} total={total * 1e3:9.1f} ms  "
-                         f"mean={mean_ms:8.3f} ms")
+            lines.append(f"  {name:<24} count={count:<6} total={total * 1e3:9.1f}  "
+                         f"mean={mean_ms:8.3f}  p50={entry['p50_s'] * 1e3:8.3f}  "
+                         f"p90={entry['p90_s'] * 1e3:8.3f}  p99={entry['p99_s'] * 1e3:8.3f}  "
+                         f"max={entry['max_s'] * 1e3:8.3f}")
+        fallbacks = self.fallback_ops()
+        lines.append("Fallback ops (ran eagerly on CPU):" + ("" if fallbacks else " none"))
+        for name, value in sorted(fallbacks.items(), key=lambda kv: (-kv[1], kv[0])):
+            lines.append(f"  {name:<24} {value}")
         return "\n".join(lines)

@@ -31,6 +31,8 @@ class Settings:
     runtime_lib: str | None = None  # LAZYMLIR_RUNTIME_LIB: the CUDA runtime .so (or its folder)
     compile_worker: bool = True   # LAZYMLIR_COMPILE_WORKER: 0 compiles in-process (debugging)
     compile_timeout: int = 900    # LAZYMLIR_COMPILE_TIMEOUT: seconds before a compile is abandoned
+    bounds_checks: bool = True    # LAZYMLIR_BOUNDS_CHECKS: 0 drops the index/zero-divisor checks
+    debug: bool = False           # LAZYMLIR_DEBUG: log each compile's cause and each fallback
     # LAZYMLIR_CUDA_DRIVER: what the cuda target runs on: real (libcuda.so.1), emulator
     # (every kernel runs on the CPU), fake (host memory, launches recorded, no kernel runs)
     cuda_driver: str = "real"
@@ -51,6 +53,8 @@ _ENV = {
     "runtime_lib": "LAZYMLIR_RUNTIME_LIB",
     "compile_worker": "LAZYMLIR_COMPILE_WORKER",
     "compile_timeout": "LAZYMLIR_COMPILE_TIMEOUT",
+    "bounds_checks": "LAZYMLIR_BOUNDS_CHECKS",
+    "debug": "LAZYMLIR_DEBUG",
     "cuda_driver": "LAZYMLIR_CUDA_DRIVER",
     "cuda_sync": "LAZYMLIR_CUDA_SYNC",
     "emulator_verify": "LAZYMLIR_CUDA_EMULATOR_VERIFY",

@@ -30,7 +30,7 @@ from types import MappingProxyType
 import torch
 
 from .. import session, targets
-from . import failures, fallback, rnn
+from . import device_rules, failures, fallback, rnn
 from . import values as values_module
 from .graph import SCALAR_INPUT_OPS
 from .materialize import to_cpu
@@ -193,7 +193,8 @@ def _recorder(func):
     builds the node's arguments.
     """
     op = _view_for_copy(func)
-    lift = func._schema.name in SCALAR_INPUT_OPS
+    name = func._schema.name
+    lift = name in SCALAR_INPUT_OPS
     shapes: dict = {}
 
     def record_op(func, args, kwargs):
@@ -246,13 +247,13 @@ def _recorder(func):
                 key.append(a)
                 node_args.append(a)
             else:
-                node_args.append(_encode(a, lift, key))
+                node_args.append(_encode(a, lift, key, name))
         node_kwargs = {}
         if kwargs:
             key.append(_KWARGS)
             for k, a in kwargs.items():
                 key.append(k)
-                node_kwargs[k] = _encode(a, lift, key)
+                node_kwargs[k] = _encode(a, lift, key, name)
         try:
             # One element: a single tensor's signature (or `float`), as the fast path.
             key = key[0] if len(key) == 1 else tuple(key)
@@ -293,7 +294,7 @@ def _output(node, index, out):
     return tensor
 
 
-def _encode(x, lift: bool, key: list):
+def _encode(x, lift: bool, key: list, op_name: str | None = None):
     """Append `x`'s shape-cache key to `key`; returns `x` as a node argument."""
     t = type(x)
     if t is LazyTensor:
@@ -306,9 +307,11 @@ def _encode(x, lift: bool, key: list):
     if t is list or t is tuple:
         key.append(t)
         key.append(len(x))
-        return t([_encode(v, lift, key) for v in x])
+        return t([_encode(v, lift, key, op_name) for v in x])
     if isinstance(x, torch.Tensor):
-        # A CPU tensor mixed into a lazy op (e.g. a 0-d scalar tensor) becomes a graph input.
+        # A CPU tensor mixed into a lazy op (a 0-d scalar tensor, CPU indices) becomes a
+        # graph input; any other raises eager's same-device error.
+        device_rules.check_host_tensor(x, op_name)
         key.append(_HOST)
         key.append(signature(x.shape, x.dtype))
         return constant(x)._lazy
@@ -335,6 +338,9 @@ def _infer(func, args, kwargs):
         outs, kind = out, type(out)
     else:
         raise NotImplementedError(f"{func} returns {type(out).__name__}, not tensors")
+    for o in outs:
+        if o is not None:
+            device_rules.check_supported(o.dtype, o.layout, str(func))
     metas = [None if o is None else meta_like(o.shape, o.dtype) for o in outs]
     return metas, kind, tuple(None if m is None else
                               (m, signature(m.shape, m.dtype), tuple(m.shape), m.dtype)
@@ -376,6 +382,7 @@ def _to_meta(x):
 def constant(cpu: torch.Tensor) -> LazyTensor:
     """A materialized lazy value holding a copy of `cpu`."""
     _state.impure += 1
+    device_rules.check_supported(cpu.dtype, cpu.layout, "copy to lazy_mlir")
     cpu = cpu.detach().to("cpu").contiguous()
     return LazyTensor(LazyValue(meta_like(cpu.shape, cpu.dtype),
                                 data=targets.active().upload(cpu)))
@@ -457,7 +464,15 @@ def _batch_norm(input, weight, bias, running_mean, running_var, training, moment
     although functionalization hands them to us as if the op were functional:
     compute the functional form and rebind the buffers' inner values to the new
     statistics (as `_inplace` does), so BatchNorm in training mode updates them."""
-    if not training or running_mean is None or running_var is None:
+    if not training:
+        # Eager CPU returns empty save_mean/save_invstd in eval mode (the meta
+        # kernel and torch-mlir give per-channel ones).
+        out = record(aten.native_batch_norm.default, (input, weight, bias, running_mean,
+                                                       running_var, training, momentum, eps),
+                     {})[0]
+        empty = torch.empty(0, dtype=input.dtype)
+        return out, constant(empty), constant(empty)
+    if running_mean is None or running_var is None:
         return record(aten.native_batch_norm.default, (input, weight, bias, running_mean,
                                                         running_var, training, momentum, eps), {})
     out, mean, rstd, new_mean, new_var = aten._native_batch_norm_legit_functional.default(
@@ -467,6 +482,19 @@ def _batch_norm(input, weight, bias, running_mean, running_var, training, moment
     running_mean._lazy = new_mean._lazy
     running_var._lazy = new_var._lazy
     return out, mean, rstd
+
+
+def _batch_norm_functional(input, weight, bias, running_mean, running_var, training,
+                           momentum, eps):
+    """Functionalization's form of _native_batch_norm_legit: in eval mode PyTorch's
+    decomposition returns empty statistics only on the "cpu" device; eager CPU is
+    the reference, so ours are empty too. Training mode is decomposed as usual."""
+    func = aten._native_batch_norm_legit_functional.default
+    args = (input, weight, bias, running_mean, running_var, training, momentum, eps)
+    if training:
+        return _decompositions()[func](*args)
+    out, empty, _ = _batch_norm(*args)
+    return out, empty, LazyTensor(empty._lazy), running_mean, running_var
 
 
 def _unsupported_mutation(name):
@@ -491,6 +519,7 @@ _SPECIAL = {
     aten.real.default: _real,
     aten.native_batch_norm.default: _batch_norm,
     aten._native_batch_norm_legit.default: _batch_norm,
+    aten._native_batch_norm_legit_functional.default: _batch_norm_functional,
     **{op: cell for op, cell in rnn.CELLS.items()},
     aten.set_.source_Tensor: _unsupported_mutation("set_"),
     aten.resize_.default: _unsupported_mutation("resize_"),

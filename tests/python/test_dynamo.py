@@ -11,6 +11,7 @@ import textwrap
 import pytest
 import torch
 from conftest import assert_no_fallback
+from model_zoo import CASES, run_case
 from torch import nn
 
 import lazymlir
@@ -165,6 +166,33 @@ def test_second_process_hits_the_disk_cache(tmp_path):
     assert runs[1].stdout.split()[-2:] == ["1", "0"], runs[1].stdout
 
 
-def test_dynamic_shapes_get_a_clear_error():
-    with pytest.raises(Exception, match="static shapes only"):
-        torch.compile(lambda x: x * 2, backend="lazymlir", dynamic=True)(torch.ones(3))
+@pytest.mark.parametrize("dynamic", [None, True], ids=["automatic", "dynamic=True"])
+def test_changing_batch_sizes_compile_once_per_shape(dynamic):
+    """torch.compile's default marks a dimension dynamic once it changed; the backend
+    then compiles one static specialization per shape (forward and backward)."""
+    eager, compiled = _mlp(), _mlp()
+    forward = torch.compile(compiled, backend="lazymlir", dynamic=dynamic)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.05) for m in (eager, compiled)]
+    torch.manual_seed(1)
+    for batch in (4, 6, 4, 6, 3):
+        x, y = torch.randn(batch, 8), torch.randn(batch, 4)
+        losses = []
+        for model, opt in zip((eager, forward), opts):
+            opt.zero_grad()
+            loss = nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        assert losses[1] == pytest.approx(losses[0], rel=1e-5, abs=1e-6), batch
+    _assert_same_state(eager, compiled)
+    assert_no_fallback()
+    # batch 4 and 6 again are cache hits; 3 shapes x (forward, backward) compiles at most.
+    assert metrics.counter("UncachedCompile") + metrics.counter("DiskCacheHit") <= 6
+
+
+@pytest.mark.parametrize("model_name,opt_name", CASES, ids=[f"{m}-{o}" for m, o in CASES])
+def test_model_zoo_training_compiled(model_name, opt_name):
+    """The lazy device's model tests through torch.compile(backend="lazymlir"): the model
+    and the optimizer step compiled, eager's numbers, no fallback, no compile after the
+    warm-up steps."""
+    run_case(model_name, opt_name, "compiled")

@@ -68,9 +68,6 @@ def test_copy_both_directions():
     assert_no_fallback()
 
 
-@pytest.mark.xfail(strict=True, reason="cpu_tensor.copy_(lazy_tensor) hits PyTorch's "
-                   "functionalization assert 'mutating a non-functional tensor with a functional "
-                   "tensor is not allowed'")
 def test_copy_lazy_into_cpu_tensor():
     src = torch.randn(3, 4)
     back = torch.empty(3, 4)

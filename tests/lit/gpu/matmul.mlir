@@ -1,6 +1,9 @@
 // RUN: lazymlir-opt %s --target=cuda --stage=gpu -split-input-file | FileCheck %s
 
-// Matmul: one thread per output element (64x80 = 20 blocks x 256), k-loop in-thread.
+// Matmul: the shared-memory tiled kernel (gpu_matmul.py). 64x80 fits one 128x128 tile:
+// one block of 256 threads, each accumulating 8x8 outputs in registers (64 iter_args of
+// the k loop, step 8); A and B tiles go through workgroup memory between two barriers,
+// 8 k steps of 64 FMAs each; the zero fill is folded into the final store (no memset).
 func.func @matmul$basic(%arg0: memref<64x48xf32>, %arg1: memref<48x80xf32>, %arg2: memref<64x80xf32>) {
   %cst = arith.constant 0.000000e+00 : f32
   linalg.fill ins(%cst : f32) outs(%arg2 : memref<64x80xf32>)
@@ -9,13 +12,21 @@ func.func @matmul$basic(%arg0: memref<64x48xf32>, %arg1: memref<48x80xf32>, %arg
 }
 // CHECK-LABEL: func.func @matmul$basic
 // CHECK-SAME: (%[[A:.*]]: memref<64x48xf32>, %[[B:.*]]: memref<48x80xf32>, %[[C:.*]]: memref<64x80xf32>)
-// CHECK: gpu.memset %[[C]]
-// CHECK: gpu.launch_func @[[MOD:.*]]::@{{.*}} blocks in (%c20, %{{.*}}, %{{.*}}) threads in (%c256, %{{.*}}, %{{.*}}) args(%[[A]] : memref<64x48xf32>, %[[B]] : memref<48x80xf32>, %[[C]] : memref<64x80xf32>)
+// CHECK-NOT: gpu.memset
+// CHECK: gpu.launch_func @[[MOD:.*]]::@{{.*}} blocks in (%c1, %{{.*}}, %{{.*}}) threads in (%c256, %{{.*}}, %{{.*}}) args(%[[A]] : memref<64x48xf32>, %[[B]] : memref<48x80xf32>, %[[C]] : memref<64x80xf32>)
 // CHECK: gpu.module @[[MOD]]
-// CHECK: scf.for
-// CHECK: arith.mulf
-// CHECK: arith.addf
-// CHECK: memref.store
+// CHECK: workgroup(%[[AS:.*]] : memref<8x128xf32, #gpu.address_space<workgroup>>, %[[BS:.*]] : memref<8x128xf32, #gpu.address_space<workgroup>>)
+// CHECK: scf.for %{{.*}} = %c0 to %c48 step %c8 iter_args
+// CHECK-SAME: -> (f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32)
+// CHECK: memref.load %[[A]]
+// CHECK: memref.store %{{.*}}, %[[AS]]
+// CHECK: memref.load %[[B]]
+// CHECK: memref.store %{{.*}}, %[[BS]]
+// CHECK: gpu.barrier
+// CHECK-COUNT-64: math.fma
+// CHECK: gpu.barrier
+// CHECK-NEXT: scf.yield
+// CHECK: memref.store %{{.*}}, %[[C]]
 
 // -----
 

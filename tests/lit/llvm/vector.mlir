@@ -34,6 +34,23 @@ module {
 }
 // Horizontal sums may reassociate (a shuffle tree in the backend).
 // CHECK-LABEL: llvm.func @sum$rows(
-// CHECK: llvm.load %{{.*}} : !llvm.ptr -> vector<16xf32>
-// CHECK: "llvm.intr.vector.reduce.fadd"(%{{.*}}, %{{.*}}) <{fastmathFlags = #llvm.fastmath<reassoc>}> : (f32, vector<16xf32>) -> f32
+// CHECK: llvm.load %{{.*}} : !llvm.ptr -> vector<64xf32>
+// CHECK: "llvm.intr.vector.reduce.fadd"(%{{.*}}, %{{.*}}) <{fastmathFlags = #llvm.fastmath<reassoc>}> : (f32, vector<64xf32>) -> f32
+// CHECK: llvm.return
+
+// -----
+
+// lazymlir-stage: bufferized
+module {
+  func.func @mm$threads(%arg0: memref<128x512xf32>, %arg1: memref<512x512xf32>, %arg2: memref<128x512xf32>) {
+    linalg.matmul ins(%arg0, %arg1 : memref<128x512xf32>, memref<512x512xf32>) outs(%arg2 : memref<128x512xf32>)
+    return
+  }
+}
+// A parallel loop (lowering/cpu_parallel.py) becomes calls into the async
+// runtime library (libmlir_async_runtime, linked by cpu_codegen).
+// CHECK-LABEL: llvm.func @mm$threads(
+// CHECK: llvm.call @mlirAsyncRuntimGetNumWorkerThreads()
+// CHECK: llvm.call @mlirAsyncRuntimeCreateGroup
+// CHECK: llvm.call @mlirAsyncRuntimeAwaitAllInGroup
 // CHECK: llvm.return

@@ -14,14 +14,20 @@ module {
 }
 // Cache tiles of 64 x 256 x 256 (M x N x K) around 8 x 32 register tiles
 // over 4 steps of K; the 8 x 32 accumulator stays in registers across K.
+// Large enough for threads (cpu_parallel): the 64-row blocks are async tasks
+// running an outlined body.
 // CHECK-LABEL: func.func @mm$tiled
-// CHECK-SAME: (%[[A:.*]]: memref<128x512xf32>, %[[B:.*]]: memref<512x512xf32>, %[[C:.*]]: memref<128x512xf32>) {
+// CHECK: async.runtime.num_worker_threads
+// CHECK: call @async_dispatch_fn
+// CHECK: async.runtime.await
+// CHECK: return
+// CHECK-LABEL: func.func private @parallel_compute_fn
+// CHECK-SAME: %[[C:[a-z0-9]*]]: memref<128x512xf32>, %[[A:[a-z0-9]*]]: memref<128x512xf32>, %[[B:[a-z0-9]*]]: memref<512x512xf32>) {
 // CHECK-DAG: %[[C4:.*]] = arith.constant 4 : index
 // CHECK-DAG: %[[C8:.*]] = arith.constant 8 : index
 // CHECK-DAG: %[[C32:.*]] = arith.constant 32 : index
-// CHECK-DAG: %[[C64:.*]] = arith.constant 64 : index
 // CHECK-DAG: %[[C256:.*]] = arith.constant 256 : index
-// CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %[[C64]] {
+// CHECK: scf.for
 // CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %[[C256]] {
 // CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %[[C256]] {
 // CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %[[C8]] {
@@ -34,6 +40,27 @@ module {
 // CHECK-COUNT-32: vector.fma %{{.*}}, %{{.*}}, %{{.*}} : vector<32xf32>
 // CHECK: scf.yield
 // CHECK: vector.transfer_write %[[RES]], %[[C]]
+// CHECK: return
+
+// -----
+
+// lazymlir-stage: bufferized
+module {
+  func.func @mm$small(%arg0: memref<64x64xf32>, %arg1: memref<64x64xf32>, %arg2: memref<64x64xf32>) {
+    linalg.matmul ins(%arg0, %arg1 : memref<64x64xf32>, memref<64x64xf32>) outs(%arg2 : memref<64x64xf32>)
+    return
+  }
+}
+// Too small to pay for a dispatch to another thread: the same tiles, in order.
+// CHECK-LABEL: func.func @mm$small
+// CHECK-SAME: (%[[A:.*]]: memref<64x64xf32>, %[[B:.*]]: memref<64x64xf32>, %[[C:.*]]: memref<64x64xf32>) {
+// CHECK-NOT: async
+// CHECK: scf.for
+// CHECK: %[[ACC:.*]] = vector.transfer_read %[[C]]{{.*}} : memref<64x64xf32>, vector<8x32xf32>
+// CHECK: scf.for {{.*}} iter_args(%{{.*}} = %[[ACC]]) -> (vector<8x32xf32>) {
+// CHECK-COUNT-32: vector.fma %{{.*}}, %{{.*}}, %{{.*}} : vector<32xf32>
+// CHECK: vector.transfer_write
+// CHECK-NOT: async
 // CHECK: return
 
 // -----
@@ -66,10 +93,12 @@ module {
     return
   }
 }
-// Innermost reductions: 16 elements per step, one horizontal op each.
+// Innermost reductions: 256 elements per step (a tree of independent ops in
+// the backend), one update of the row's accumulator each.
 // CHECK-LABEL: func.func @max$rows
+// CHECK-DAG: %[[C256:.*]] = arith.constant 256 : index
 // CHECK: scf.for
-// CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %[[C16:.*]] {
-// CHECK: vector.load %{{.*}} : memref<1x16xf32, strided<[1024, 1], offset: ?>>, vector<16xf32>
-// CHECK: vector.reduction <maximumf>, %{{.*}}, %{{.*}} : vector<16xf32> into f32
+// CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %[[C256]] {
+// CHECK: vector.load %{{.*}} : memref<1x256xf32, strided<[1024, 1], offset: ?>>, vector<256xf32>
+// CHECK: vector.reduction <maximumf>, %{{.*}}, %{{.*}} : vector<256xf32> into f32
 // CHECK: return

@@ -1,0 +1,291 @@
+"""Matmul / batch matmul as a shared-memory tiled kernel with 8x8 register tiles and FMA.
+
+A generalized contraction `C[b.., i, j] += A[..] * B[..]` (iterators parallel.., i, j
+parallel, k reduction, after gpu_pipeline puts parallel dims first; A and B index any
+two of i/j/k, so `x @ w.t()` and `x.t() @ g` qualify) becomes a `gpu.launch`:
+
+    grid  = batch x ceil(M / 128) x ceil(N / 128) blocks of 256 threads (16 x 16),
+    workgroup memory: As[8][128], Bs[8][128] (k-major: the inner loop reads rows).
+
+    acc[8][8] = 0                                   (64 registers per thread)
+    for k0 in 0..K step 8:                          (scf.for, acc as iter_args)
+        each thread loads 4 elements of the A tile and 4 of the B tile (zero outside
+        the matrix), stores them to As/Bs;  barrier
+        for kk in 0..8 (unrolled): a[8] = As[kk][rows of t], b[8] = Bs[kk][cols of t],
+                                   acc[i][j] = fma(a[i], b[j], acc[i][j])
+        barrier
+    C[rows, cols] = init + acc                      (guarded at the matrix edges)
+
+A thread's rows are ty*4 + {0..3} and 64 + ty*4 + {0..3} (cols likewise with tx), so
+a warp's shared reads are 2-way bank conflicted at most. Per k step a thread issues 16
+shared loads for 64 FMAs, the ratio at which H100's shared bandwidth (128 B/clk/SM)
+keeps up with its FP32 FMA rate. The output's initial value is the constant fill right
+before (folded: the fill is dropped) or read once at the end.
+
+The emulator driver runs kernels whose barriers are top-level only; `unroll_barrier_loops`
+fully unrolls this kernel's k loop (constant bounds, uniform across the block) for the
+CPU build, which is the same computation.
+"""
+
+from __future__ import annotations
+
+import math
+
+from mlir import ir
+from mlir.dialects import affine, arith, gpu, math as mmath, memref, scf
+
+from .gpu_reductions import _cidx, _extents, _walk
+from .gpu_row_reduce import _fill_before
+
+BM = BN = 128
+BK = 8
+TM = TN = 8
+THREADS = 256  # 16 x 16
+MIN_MN = 32
+
+
+def _dims(expr_list):
+    out = []
+    for e in expr_list:
+        if not isinstance(e, ir.AffineDimExpr):
+            return None
+        out.append(ir.AffineDimExpr(e).position)
+    return out
+
+
+def _match(op):
+    """(a, b) operand order, dims (batch.., i, j, k) if `op` is a float contraction."""
+    if len(op.inputs) != 2 or len(op.outputs) != 1:
+        return None
+    if not all(isinstance(v.type, ir.MemRefType) for v in list(op.inputs) + list(op.outputs)):
+        return None
+    iters = [str(a) for a in ir.ArrayAttr(op.attributes["iterator_types"])]
+    n = len(iters)
+    if n < 3 or any("parallel" not in t for t in iters[:-1]) or "parallel" in iters[-1]:
+        return None
+    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    da, db, dc = (_dims(m.results) for m in maps)
+    if None in (da, db, dc) or dc != list(range(n - 1)):
+        return None
+    batch, i, j, k = list(range(n - 3)), n - 3, n - 2, n - 1
+    if sorted(da) != sorted(batch + [i, k]) or sorted(db) != sorted(batch + [k, j]):
+        return None
+    if da[:len(batch)] != batch or db[:len(batch)] != batch:
+        return None
+    elem = ir.MemRefType(op.outputs[0].type).element_type
+    if not isinstance(elem, ir.F32Type):
+        return None
+    block = op.regions[0].blocks[0]
+    ops = list(block.operations)
+    if [o.name for o in ops] != ["arith.mulf", "arith.addf", "linalg.yield"]:
+        return None
+    a_arg, b_arg, c_arg = block.arguments
+    mul, add = ops[0], ops[1]
+    if {mul.operands[0], mul.operands[1]} != {a_arg, b_arg}:
+        return None
+    if {add.operands[0], add.operands[1]} != {mul.results[0], c_arg}:
+        return None
+    return maps
+
+
+def _load_tile(src, amap, n, fixed, rows_dim, k_dim, row0, k0, rows_ext, k_ext, tid, smem,
+               k_fastest):
+    """Each thread loads 4 of the 1024 tile elements into smem[kk][r] (zero outside)."""
+    for e in range(BM * BK // THREADS):
+        idx = arith.AddIOp(tid, _cidx(e * THREADS)).result
+        if k_fastest:  # consecutive threads walk k: coalesced for a k-contiguous operand
+            kk = arith.RemUIOp(idx, _cidx(BK)).result
+            r = arith.DivUIOp(idx, _cidx(BK)).result
+        else:
+            r = arith.RemUIOp(idx, _cidx(BM)).result
+            kk = arith.DivUIOp(idx, _cidx(BM)).result
+        gr = arith.AddIOp(row0, r).result
+        gk = arith.AddIOp(k0, kk).result
+        inb = arith.AndIOp(
+            arith.CmpIOp(arith.CmpIPredicate.ult, gr, _cidx(rows_ext)).result,
+            arith.CmpIOp(arith.CmpIPredicate.ult, gk, _cidx(k_ext)).result).result
+        branch = scf.IfOp(inb, [ir.F32Type.get()], has_else=True)
+        with ir.InsertionPoint(branch.then_block):
+            ivs = [v if v is not None else _cidx(0) for v in fixed]  # unused dims: 0
+            ivs[rows_dim], ivs[k_dim] = gr, gk
+            idx_v = [affine.AffineApplyOp(ir.AffineMap.get(n, 0, [x]), ivs).result
+                     for x in amap.results]
+            scf.YieldOp([memref.LoadOp(src, idx_v).result])
+        with ir.InsertionPoint(branch.else_block):
+            scf.YieldOp([arith.ConstantOp(ir.F32Type.get(), 0.0).result])
+        memref.StoreOp(branch.results[0], smem, [kk, r])
+
+
+def _fastest_dim(memref_value, amap):
+    """The loop dim indexing the operand's contiguous (last) memref dim."""
+    return ir.AffineDimExpr(amap.results[-1]).position
+
+
+def _rewrite(op, maps) -> None:
+    ext = _extents(op)
+    n = len(ext)
+    batch_ext = ext[:n - 3]
+    m_ext, n_ext, k_ext = ext[n - 3], ext[n - 2], ext[n - 1]
+    tiles_m, tiles_n = -(-m_ext // BM), -(-n_ext // BN)
+    nb = math.prod(batch_ext)
+    a, b = op.inputs[0], op.inputs[1]
+    c = op.outputs[0]
+    fill = _fill_before(op)
+    f32 = ir.F32Type.get()
+    index = ir.IndexType.get()
+    workgroup = ir.Attribute.parse("#gpu.address_space<workgroup>")
+    tile_t = ir.MemRefType.get([BK, BM], f32, memory_space=workgroup)
+    with ir.InsertionPoint(op), op.location:
+        one = _cidx(1)
+        launch = gpu.LaunchOp.__mro__[1](None, [], _cidx(nb * tiles_m * tiles_n), one, one,
+                                         _cidx(THREADS), one, one)
+        launch.attributes["workgroup_attributions"] = ir.IntegerAttr.get(
+            ir.IntegerType.get_signless(64), 2)
+        body = launch.regions[0].blocks.append(*([index] * 12), tile_t, tile_t)
+    bid, tid = body.arguments[0], body.arguments[3]
+    a_s, b_s = body.arguments[12], body.arguments[13]
+    with ir.InsertionPoint(body), op.location:
+        tn_i = arith.RemUIOp(bid, _cidx(tiles_n)).result
+        rest = arith.DivUIOp(bid, _cidx(tiles_n)).result
+        tm_i = arith.RemUIOp(rest, _cidx(tiles_m)).result
+        bidx = arith.DivUIOp(rest, _cidx(tiles_m)).result
+        bivs = []
+        for d, e in reversed(list(enumerate(batch_ext))):
+            if d == 0:
+                bivs.append(bidx)
+            else:
+                bivs.append(arith.RemUIOp(bidx, _cidx(e)).result)
+                bidx = arith.DivUIOp(bidx, _cidx(e)).result
+        bivs.reverse()
+        row0 = arith.MulIOp(tm_i, _cidx(BM)).result
+        col0 = arith.MulIOp(tn_i, _cidx(BN)).result
+        ty = arith.DivUIOp(tid, _cidx(16)).result
+        tx = arith.RemUIOp(tid, _cidx(16)).result
+        # Thread rows/cols in the tile: t*4 + {0..3} and 64 + t*4 + {0..3}.
+        ty4, tx4 = (arith.MulIOp(v, _cidx(4)).result for v in (ty, tx))
+        rows = [arith.AddIOp(ty4, _cidx(h * 64 + q)).result for h in (0, 1) for q in range(4)]
+        cols = [arith.AddIOp(tx4, _cidx(h * 64 + q)).result for h in (0, 1) for q in range(4)]
+        zero = arith.ConstantOp(f32, 0.0).result
+        i_dim, j_dim, k_dim = n - 3, n - 2, n - 1
+        fixed = bivs + [None, None, None]
+        loop = scf.ForOp(_cidx(0), _cidx(k_ext), _cidx(BK), [zero] * (TM * TN))
+        with ir.InsertionPoint(loop.body):
+            k0 = loop.induction_variable
+            _load_tile(a, maps[0], n, fixed, i_dim, k_dim, row0, k0, m_ext, k_ext, tid, a_s,
+                       k_fastest=_fastest_dim(a, maps[0]) == k_dim)
+            _load_tile(b, maps[1], n, fixed, j_dim, k_dim, col0, k0, n_ext, k_ext, tid, b_s,
+                       k_fastest=_fastest_dim(b, maps[1]) == k_dim)
+            gpu.BarrierOp()
+            acc = list(loop.inner_iter_args)
+            for kk in range(BK):
+                kc = _cidx(kk)
+                av = [memref.LoadOp(a_s, [kc, r]).result for r in rows]
+                bv = [memref.LoadOp(b_s, [kc, q]).result for q in cols]
+                acc = [mmath.FmaOp(av[i], bv[j], acc[i * TN + j]).result
+                       for i in range(TM) for j in range(TN)]
+            gpu.BarrierOp()
+            scf.YieldOp(acc)
+        out_map = maps[2]
+        for i in range(TM):
+            gi = arith.AddIOp(row0, rows[i]).result
+            for j in range(TN):
+                gj = arith.AddIOp(col0, cols[j]).result
+                inb = arith.AndIOp(
+                    arith.CmpIOp(arith.CmpIPredicate.ult, gi, _cidx(m_ext)).result,
+                    arith.CmpIOp(arith.CmpIPredicate.ult, gj, _cidx(n_ext)).result).result
+                branch = scf.IfOp(inb)
+                with ir.InsertionPoint(branch.then_block):
+                    ivs = bivs + [gi, gj]
+                    idx = [affine.AffineApplyOp(ir.AffineMap.get(n - 1, 0, [x]), ivs).result
+                           for x in out_map.results]
+                    init = fill[1] if fill is not None else memref.LoadOp(c, idx).result
+                    value = arith.AddFOp(init, loop.results[i * TN + j]).result
+                    memref.StoreOp(value, c, idx)
+                    scf.YieldOp([])
+        gpu.TerminatorOp()
+    op.operation.erase()
+    if fill is not None:
+        fill[0].erase()
+
+
+def tile_matmuls(module) -> int:
+    """Rewrite every float contraction with M, N >= 32 into the tiled kernel."""
+    count = 0
+    for op in _walk(module, "linalg.generic"):
+        if op.operation.parent.name != "func.func":
+            continue
+        maps = _match(op)
+        ext = _extents(op)
+        if maps is None or ext is None:
+            continue
+        if ext[-3] < MIN_MN or ext[-2] < MIN_MN or ext[-1] < 1:
+            continue
+        _rewrite(op, maps)
+        count += 1
+    return count
+
+
+def unroll_barrier_loops(kernel) -> None:
+    """For the emulator's CPU build: fully unroll top-level `scf.for`s of a gpu.func that
+    contain a `gpu.barrier` (constant bounds; the same for every thread of the block), so
+    that every barrier is top-level. Semantics are unchanged."""
+    block = kernel.regions[0].blocks[0]
+    for op in list(block.operations):
+        op = op.operation
+        if op.name != "scf.for" or not _has_barrier(op):
+            continue
+        bounds = [_const(v) for v in list(op.operands)[:3]]
+        if None in bounds:
+            raise ValueError("a loop with barriers needs constant bounds")
+        lb, ub, st = bounds
+        loop_body = op.regions[0].blocks[0]
+        values = list(op.operands)[3:]
+        for iv in range(lb, ub, st):
+            with ir.InsertionPoint(op), op.location:
+                mapping = {loop_body.arguments[0]: _cidx(iv)}
+            for arg, v in zip(list(loop_body.arguments)[1:], values):
+                mapping[arg] = v
+            yielded = None
+            for inner in loop_body.operations:
+                inner = inner.operation
+                if inner.name == "scf.yield":
+                    yielded = [mapping.get(v, v) for v in inner.operands]
+                    continue
+                clone = inner.clone(ip=ir.InsertionPoint(op))
+                _remap(clone, mapping)
+                for old, new in zip(inner.results, clone.results):
+                    mapping[old] = new
+            values = yielded
+        for result, v in zip(op.results, values):
+            result.replace_all_uses_with(v)
+        op.erase()
+
+
+def _remap(op, mapping) -> None:
+    def visit(o):
+        for i, operand in enumerate(o.operands):
+            if operand in mapping:
+                o.operands[i] = mapping[operand]
+        return ir.WalkResult.ADVANCE
+
+    op.walk(visit)
+
+
+def _has_barrier(op) -> bool:
+    found = []
+
+    def visit(o):
+        if o.name == "gpu.barrier":
+            found.append(o)
+        return ir.WalkResult.ADVANCE
+
+    op.walk(visit)
+    return bool(found)
+
+
+def _const(v):
+    owner = v.owner
+    owner = getattr(owner, "operation", owner)
+    if isinstance(owner, ir.Operation) and owner.name == "arith.constant":
+        return ir.IntegerAttr(owner.attributes["value"]).value
+    return None

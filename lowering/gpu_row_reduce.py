@@ -1,0 +1,278 @@
+"""Row reductions as one block per row (or per row slice): registers, then shared memory.
+
+A `linalg.generic` reduction whose innermost (contiguous) input dim is reduced,
+
+    out[P] = comb(out[P], f(ins[P, R]))      (P kept dims first, R reduction dims)
+
+(`x.sum(-1)`, `amax(-1)`, the max and sum of softmax, the mean/variance sums of
+layer_norm, full reductions) becomes a `gpu.launch` built here, before the
+`convert-linalg-to-parallel-loops` route of gpu_pipeline:
+
+    grid  = |P| * G blocks (G blocks share one row when there are too few rows),
+    block = T threads (a power of two, <= 256, <= |R| / G),
+    workgroup memory: T accumulators.
+
+    acc = f(ins[p, g*T + t])                                (every thread has one)
+    for r = (g + G)*T + t; r < |R|; r += G*T: acc = comb(acc, f(ins[p, r]))
+    smem[t] = acc; barrier
+    for s = T/2 .. 1: (if t < s: smem[t] = comb(smem[t], smem[t+s])); barrier
+    t == 0: out[p] = comb(out[p], smem[0])      (G > 1: one atomic per block)
+
+Consecutive threads read consecutive elements (coalesced), each thread accumulates in a
+register, and global memory is written once per block. No identity value is needed:
+each thread starts from its first element and the output's initial value (the preceding
+fill) is combined in at the end; with one block per row and a constant fill right
+before, the fill's value is combined in instead and the fill is dropped (every output
+element is written once, the output is never read). When the row length is a multiple
+of G*T the per-thread loop has a constant trip count, which LLVM unrolls (all loads of
+a thread in flight).
+
+The tree uses shared memory and top-level `gpu.barrier`s rather than warp shuffles: the
+emulator driver (lowering/gpu_emulator.py) runs barriers by loop fission but has no
+cross-thread shuffle, and every kernel must run there. Combiners without an atomic
+(mulf/muli) always use G = 1.
+"""
+
+from __future__ import annotations
+
+import math
+
+from mlir import ir
+from mlir.dialects import affine, arith, gpu, memref, scf
+
+from .gpu_reductions import (
+    ATOMIC_KINDS,
+    GENERIC_KINDS,
+    _body_values,
+    _cidx,
+    _extents,
+    _match,
+    _walk,
+)
+
+# Largest block; a power of two (the tree halves it).
+MAX_THREADS = 256
+# Rows shorter than this stay one thread per row (gpu_pipeline's default route).
+MIN_ROW = 32
+# Blocks wanted in flight: 132 SMs (H100 SXM) x 4 blocks of 256 threads. Fewer rows than
+# this split each row over G blocks combined by atomics.
+TARGET_BLOCKS = 4 * 132
+# Each thread of a split row folds at least this many elements before the combine.
+MIN_PER_THREAD = 4
+
+
+def _innermost_reduced(op, npar: int) -> bool:
+    """The first input's fastest-varying index is the last reduction dim (coalesced rows)."""
+    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    if not op.inputs or not isinstance(op.inputs[0].type, ir.MemRefType):
+        return False
+    results = list(maps[0].results)
+    if not results or not isinstance(results[-1], ir.AffineDimExpr):
+        return False
+    n = maps[0].n_dims
+    if ir.AffineDimExpr(results[-1]).position != n - 1 or npar == n:
+        return False
+    strides, _ = ir.MemRefType(op.inputs[0].type).get_strides_and_offset()
+    if strides[-1] != 1:
+        return False
+    # Every input that walks the reduced dims does so the same way (x, or x and y of a
+    # row dot product); a contraction (matmul: A[i, k] and B[k, j]) is not a row.
+    reduced = set(range(npar, n))
+    walking = {str(m) for v, m in zip(op.inputs, maps)
+               if isinstance(v.type, ir.MemRefType)
+               and any(isinstance(x, ir.AffineDimExpr) and ir.AffineDimExpr(x).position
+                       in reduced for x in m.results)}
+    return len(walking) == 1
+
+
+def _supported_type(t: ir.Type) -> bool:
+    if isinstance(t, (ir.F16Type, ir.BF16Type, ir.F32Type, ir.F64Type)):
+        return True
+    return isinstance(t, ir.IntegerType) and ir.IntegerType(t).width in (32, 64)
+
+
+def plan_shape(kept: int, reduced: int, kind: str) -> tuple[int, int]:
+    """(threads per block T, blocks per row G) for a row reduction."""
+    threads = min(MAX_THREADS, 1 << (reduced.bit_length() - 1))
+    blocks = 1
+    if kind not in GENERIC_KINDS and kept < TARGET_BLOCKS:
+        blocks = max(1, min(-(-TARGET_BLOCKS // kept), reduced // (threads * MIN_PER_THREAD)))
+    return threads, blocks
+
+
+def _delinearize(lin, extents):
+    """Row-major ivs of `lin` over `extents` (innermost fastest)."""
+    ivs, rest = [], lin
+    for i, ext in reversed(list(enumerate(extents))):
+        if i == 0:
+            ivs.append(rest)
+        else:
+            ivs.append(arith.RemUIOp(rest, _cidx(ext)).result)
+            rest = arith.DivUIOp(rest, _cidx(ext)).result
+    return ivs[::-1]
+
+
+_VIEWS = ("memref.expand_shape", "memref.collapse_shape", "memref.subview",
+          "memref.reinterpret_cast", "memref.alloc")
+
+
+def _fill_before(op):
+    """(fill op, constant value) when op's output is filled with a constant right before
+    it (`linalg.fill` or the `gpu.memset` made of one; only views and allocations in
+    between), else None. The value is the reduction's initial value."""
+    out = op.outputs[0]
+    prev = op.operation
+    while True:
+        prev = _previous(prev)
+        if prev is None:
+            return None
+        if prev.name in ("linalg.fill", "gpu.memset") or _generic_fill(prev):
+            break
+        if prev.name not in _VIEWS:
+            return None
+    operands = list(prev.operands)
+    value, dst = operands[:2] if prev.name != "gpu.memset" else operands[-1:-3:-1]
+    if dst != out or prev.results and any(list(r.uses) for r in prev.results):
+        return None
+    owner = value.owner
+    owner = getattr(owner, "operation", owner)
+    if not isinstance(owner, ir.Operation) or owner.name != "arith.constant":
+        return None
+    return prev, value
+
+
+def _generic_fill(operation) -> bool:
+    """A generalized `linalg.fill`: `linalg.generic ins(%scalar) outs(%m)` yielding it."""
+    if operation.name != "linalg.generic" or len(operation.operands) != 2:
+        return False
+    if isinstance(operation.operands[0].type, ir.ShapedType):
+        return False
+    block = operation.regions[0].blocks[0]
+    ops = list(block.operations)
+    return len(ops) == 1 and ops[0].operands[0] == block.arguments[0]
+
+
+def _previous(operation):
+    block = operation.block
+    ops = [o.operation for o in block.operations]
+    i = ops.index(operation)
+    return ops[i - 1] if i else None
+
+
+def _rewrite(op, comb, e, extents: list[int], npar: int) -> None:
+    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    par_ext, red_ext = extents[:npar], extents[npar:]
+    kept, total_r = math.prod(par_ext), math.prod(red_ext)
+    kind = ATOMIC_KINDS[comb.name]
+    threads, per_row = plan_shape(kept, total_r, kind)
+    # One block per row writes every output element once: a constant fill right before
+    # is folded into the combine (no read of the output, no fill launch).
+    fill = _fill_before(op) if per_row == 1 else None
+    out = op.outputs[0]
+    acc_type = e.type
+    index = ir.IndexType.get()
+    workgroup = ir.Attribute.parse("#gpu.address_space<workgroup>")
+    smem_type = ir.MemRefType.get([threads], acc_type, memory_space=workgroup)
+    with ir.InsertionPoint(op), op.location:
+        one = _cidx(1)
+        launch = gpu.LaunchOp.__mro__[1](None, [], _cidx(kept * per_row), one, one,
+                                         _cidx(threads), one, one)
+        launch.attributes["workgroup_attributions"] = ir.IntegerAttr.get(
+            ir.IntegerType.get_signless(64), 1)
+        body = launch.regions[0].blocks.append(*([index] * 12), smem_type)
+    block_x, tid, smem = body.arguments[0], body.arguments[3], body.arguments[12]
+
+    def combine(a, b):
+        new = comb.clone()
+        new.operands[0], new.operands[1] = a, b
+        return new.results[0]
+
+    with ir.InsertionPoint(body), op.location:
+        if per_row > 1:
+            row = arith.DivUIOp(block_x, _cidx(per_row)).result
+            part = arith.RemUIOp(block_x, _cidx(per_row)).result
+        else:
+            row, part = block_x, None
+        pivs = _delinearize(row, par_ext) if npar else []
+
+        def value_at(r):
+            ivs = pivs + _delinearize(r, red_ext)
+            return _body_values(op, ivs, comb, {})[e]
+
+        stride = threads * per_row
+        first = tid
+        if part is not None:
+            first = arith.AddIOp(arith.MulIOp(part, _cidx(threads)).result, tid).result
+        acc = value_at(first)
+        if total_r % stride == 0:
+            # Constant trip count: LLVM unrolls it, every load of a thread in flight.
+            loop = scf.ForOp(one, _cidx(total_r // stride), one, [acc])
+            with ir.InsertionPoint(loop.body):
+                r = arith.AddIOp(arith.MulIOp(loop.induction_variable, _cidx(stride)).result,
+                                 first).result
+                scf.YieldOp([combine(loop.inner_iter_args[0], value_at(r))])
+        else:
+            start = arith.AddIOp(first, _cidx(stride)).result
+            loop = scf.ForOp(start, _cidx(total_r), _cidx(stride), [acc])
+            with ir.InsertionPoint(loop.body):
+                scf.YieldOp([combine(loop.inner_iter_args[0],
+                                     value_at(loop.induction_variable))])
+        memref.StoreOp(loop.results[0], smem, [tid])
+        gpu.BarrierOp()
+        step = threads // 2
+        while step >= 1:
+            active = arith.CmpIOp(arith.CmpIPredicate.ult, tid, _cidx(step)).result
+            branch = scf.IfOp(active)
+            with ir.InsertionPoint(branch.then_block):
+                mine = memref.LoadOp(smem, [tid]).result
+                other = memref.LoadOp(
+                    smem, [arith.AddIOp(tid, _cidx(step)).result]).result
+                memref.StoreOp(combine(mine, other), smem, [tid])
+                scf.YieldOp([])
+            gpu.BarrierOp()
+            step //= 2
+        leader = arith.CmpIOp(arith.CmpIPredicate.eq, tid, _cidx(0)).result
+        branch = scf.IfOp(leader)
+        with ir.InsertionPoint(branch.then_block):
+            total = memref.LoadOp(smem, [_cidx(0)]).result
+            out_idx = [affine.AffineApplyOp(ir.AffineMap.get(npar, 0, [x]), pivs).result
+                       for x in maps[-1].results]
+            if per_row > 1:
+                memref.AtomicRMWOp(arith.AtomicRMWKind[kind], total, out, out_idx)
+            elif fill is not None:
+                memref.StoreOp(combine(fill[1], total), out, out_idx)
+            else:
+                old = memref.LoadOp(out, out_idx).result
+                memref.StoreOp(combine(old, total), out, out_idx)
+            scf.YieldOp([])
+        gpu.TerminatorOp()
+    op.operation.erase()
+    if fill is not None:
+        fill[0].erase()
+
+
+def row_reductions(module) -> int:
+    """Rewrite every reduction over contiguous rows of at least MIN_ROW elements into a
+    block-per-row gpu.launch; return how many were rewritten.
+
+    Expects generics with parallel dims first (gpu_pipeline interchanges them)."""
+    count = 0
+    for op in _walk(module, "linalg.generic"):
+        if op.operation.parent.name != "func.func":
+            continue
+        iters = [str(a) for a in ir.ArrayAttr(op.attributes["iterator_types"])]
+        npar = sum("parallel" in t for t in iters)
+        if npar == len(iters) or any("parallel" in t for t in iters[npar:]):
+            continue
+        if any(not isinstance(v.type, ir.MemRefType) for v in op.outputs):
+            continue
+        extents, matched = _extents(op), _match(op)
+        if extents is None or matched is None or not _innermost_reduced(op, npar):
+            continue
+        comb, e, _ = matched
+        if (math.prod(extents[npar:]) < MIN_ROW or math.prod(extents[:npar]) < 1
+                or not _supported_type(e.type)):
+            continue
+        _rewrite(op, comb, e, extents, npar)
+        count += 1
+    return count

@@ -1,0 +1,82 @@
+"""Graphs for tests/python/test_gpu_kernels.py: the shapes each redesigned kernel takes.
+
+Same protocol as emulator_cases.py: `trace_all(root)` runs every case on the
+`lazy_mlir` device (cpu target) inside `lazymlir.dump_to(root/name)` in a child
+process, and the test compiles the dumped fx graphs for the cuda target.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+import torch.nn.functional as F
+
+# name -> (function, input factory, how graph inputs are drawn)
+CASES = {
+    # 6 rows of 3000: each row split over 2 blocks, combined by one atomic per block.
+    "row_sum_split": (lambda x: x.sum(-1), lambda: (torch.randn(6, 3000),), "randn"),
+    # 300 rows of 1024: one block per row, 4 elements per thread, no atomic.
+    "row_amax": (lambda x: x.amax(-1), lambda: (torch.randn(300, 1024),), "randn"),
+    # Odd row length (77: 64 threads, 13 of them take a second element).
+    "row_mean_odd": (lambda x: x.mean(-1), lambda: (torch.randn(40, 77),), "randn"),
+    # Full reduction of an odd-sized matrix: one "row" over several blocks.
+    "full_sum": (lambda x: x.sum(), lambda: (torch.randn(100, 517),), "randn"),
+    # No atomic for a product: one block per row, never split.
+    "row_prod": (lambda x: x.prod(-1), lambda: (1 + 0.01 * torch.randn(4, 300),), "near_one"),
+    "row_sum_int": (lambda x: x.sum(-1), lambda: (torch.randint(0, 4, (9, 200)),), "randn"),
+    "row_min_2d": (lambda x: x.amin(dim=(1, 2)), lambda: (torch.randn(5, 12, 40),), "randn"),
+    "softmax_rows": (lambda x: torch.softmax(x, dim=-1), lambda: (torch.randn(64, 1000),),
+                     "randn"),
+    "layer_norm_rows": (lambda x, w, b: F.layer_norm(x, (300,), w, b),
+                        lambda: (torch.randn(33, 300), torch.randn(300), torch.randn(300)),
+                        "randn"),
+    "log_softmax_rows": (lambda x: torch.log_softmax(x, dim=-1), lambda: (torch.randn(48, 512),),
+                         "randn"),
+    # The row max is a graph output too: the fused kernel stores it as well.
+    "softmax_and_amax": (lambda x: (torch.softmax(x, dim=-1), x.amax(-1)),
+                         lambda: (torch.randn(20, 96),), "randn"),
+    "rms_norm": (lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w,
+                 lambda: (torch.randn(24, 256), torch.randn(256)), "randn"),
+    # Tiled matmuls (M, N >= 32): edge tiles, a K tail (45 = 5 x 8 + 5), batch, and
+    # transposed operands (x @ w.t(), x.t() @ y) read through their indexing maps.
+    "matmul_tiled": (lambda a, b: a @ b, lambda: (torch.randn(70, 45), torch.randn(45, 150)),
+                     "randn"),
+    "bmm_tiled": (lambda a, b: torch.bmm(a, b),
+                  lambda: (torch.randn(2, 40, 20), torch.randn(2, 20, 33)), "randn"),
+    "linear_wt": (lambda x, w: x @ w.t(), lambda: (torch.randn(64, 24), torch.randn(40, 24)),
+                  "randn"),
+    "matmul_tn": (lambda x, y: x.t() @ y, lambda: (torch.randn(30, 50), torch.randn(30, 64)),
+                  "randn"),
+    # Column reductions (split over row chunks, atomics per chunk; a product: partials).
+    "col_sum": (lambda x: x.sum(0), lambda: (torch.randn(300, 70),), "randn"),
+    "col_prod": (lambda x: x.prod(0), lambda: (1 + 0.01 * torch.randn(200, 33),), "near_one"),
+}
+
+MATMULS = ("matmul_tiled", "bmm_tiled", "linear_wt", "matmul_tn")
+
+# Cases fused into one kernel per graph (no other launch, copy or memset).
+FUSED = ("softmax_rows", "layer_norm_rows", "log_softmax_rows", "rms_norm")
+
+
+def _flat(out):
+    if isinstance(out, torch.Tensor):
+        return [out]
+    return [t for o in out for t in _flat(o)]
+
+
+def trace_all(root: str) -> None:
+    import lazymlir
+
+    torch.manual_seed(0)
+    for name, (fn, make, _) in CASES.items():
+        with lazymlir.dump_to(f"{root}/{name}"):
+            inputs = [t.to("lazy_mlir") for t in make()]
+            outs = _flat(fn(*inputs))
+            lazymlir.mark_step()
+            for o in outs:
+                o.cpu()
+
+
+if __name__ == "__main__":
+    trace_all(sys.argv[1])
