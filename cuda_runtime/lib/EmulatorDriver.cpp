@@ -9,7 +9,8 @@
 //   (little-endian uint64s), the prefix, then the shared object, built by
 //   lowering/gpu_emulator.py from the same gpu-stage kernels the PTX comes
 //   from (one .so may hold all modules of a graph; the prefix names the
-//   module's kernels). It is written to a temporary file and dlopen'ed.
+//   module's kernels). It is written to a temporary file and dlopen'ed, once
+//   for all modules holding the same shared object.
 // * cuModuleGetFunction(name) finds `__lzemu_<prefix><name>`, which runs one
 //   block: `void(void **params, const int64_t ids[9])` with ids = block id
 //   (x,y,z), grid size, block size. `__lzemu_nargs_<prefix><name>` (int32) is
@@ -35,6 +36,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <set>
 #include <string>
@@ -58,12 +60,21 @@ struct EmuFunction {
 struct EmuModule {
   void *handle = nullptr;
   std::string prefix; // of its kernels' symbols
+  std::string object; // the shared object's bytes: its key in EmuState::loaded
   std::deque<EmuFunction> functions; // deque: handles stay valid
+};
+
+/// A shared object dlopen'ed once however many modules (all gpu.modules of a
+/// graph, usually) it holds.
+struct Loaded {
+  void *handle = nullptr;
+  int refs = 0;
 };
 
 struct EmuState {
   std::mutex mutex;
   std::set<EmuModule *> modules;
+  std::map<std::string, Loaded> loaded; // by shared object bytes
   bool reverseBlocks = false;
   uint64_t launches = 0, blocks = 0;
 };
@@ -78,6 +89,8 @@ CUresult emuDeviceGetName(char *name, int len, CUdevice) {
   return CUDA_SUCCESS;
 }
 
+void *dlopenImage(const char *data, uint64_t size);
+
 CUresult emuModuleLoadData(CUmodule *module, const void *image) {
   const auto *bytes = static_cast<const char *>(image);
   if (!image || std::memcmp(bytes, kMagic, sizeof kMagic) != 0)
@@ -88,13 +101,36 @@ CUresult emuModuleLoadData(CUmodule *module, const void *image) {
   if (prefixSize > 4096)
     return kInvalidImage;
   const char *prefix = bytes + sizeof kMagic + 2 * sizeof size;
+  const char *data = prefix + prefixSize;
+  std::string object(data, size);
+  EmuState &s = emuState();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  Loaded &entry = s.loaded[object];
+  if (!entry.handle) {
+    entry.handle = dlopenImage(data, size);
+    if (!entry.handle) {
+      s.loaded.erase(object);
+      return kInvalidImage;
+    }
+  }
+  ++entry.refs;
+  auto *mod = new EmuModule;
+  mod->handle = entry.handle;
+  mod->prefix.assign(prefix, prefixSize);
+  mod->object = std::move(object);
+  s.modules.insert(mod);
+  *module = reinterpret_cast<CUmodule>(mod);
+  return CUDA_SUCCESS;
+}
+
+/// Writes a shared object to a temporary file and dlopens it (null on failure).
+void *dlopenImage(const char *data, uint64_t size) {
   const char *tmpdir = std::getenv("TMPDIR");
   std::string path = std::string(tmpdir && *tmpdir ? tmpdir : "/tmp") +
                      "/lazymlir-emu-XXXXXX.so";
   int fd = mkstemps(path.data(), 3);
   if (fd < 0)
-    return kInvalidImage;
-  const char *data = prefix + prefixSize;
+    return nullptr;
   bool written = true;
   for (uint64_t done = 0; done < size;) {
     ssize_t n = write(fd, data + done, size - done);
@@ -107,16 +143,7 @@ CUresult emuModuleLoadData(CUmodule *module, const void *image) {
   close(fd);
   void *handle = written ? dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL) : nullptr;
   unlink(path.c_str()); // the mapping stays valid after the file is gone
-  if (!handle)
-    return kInvalidImage;
-  auto *mod = new EmuModule;
-  mod->handle = handle;
-  mod->prefix.assign(prefix, prefixSize);
-  EmuState &s = emuState();
-  std::lock_guard<std::mutex> lock(s.mutex);
-  s.modules.insert(mod);
-  *module = reinterpret_cast<CUmodule>(mod);
-  return CUDA_SUCCESS;
+  return handle;
 }
 
 CUresult emuModuleGetFunction(CUfunction *fn, CUmodule module,
@@ -143,7 +170,11 @@ CUresult emuModuleUnload(CUmodule module) {
   auto *mod = reinterpret_cast<EmuModule *>(module);
   if (!s.modules.erase(mod))
     return kInvalidHandle;
-  dlclose(mod->handle);
+  auto entry = s.loaded.find(mod->object);
+  if (entry != s.loaded.end() && --entry->second.refs == 0) {
+    dlclose(entry->second.handle);
+    s.loaded.erase(entry);
+  }
   delete mod;
   return CUDA_SUCCESS;
 }

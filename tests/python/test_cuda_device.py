@@ -60,7 +60,7 @@ def _run(tmp_path, **env) -> dict:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _runtime_library():
+def _emulator_usable(_runtime_library):  # conftest's: the device's library first
     try:
         cuda_driver.CudaRuntime.create(emulator=True).close()
     except (cuda_driver.CudaError, OSError) as error:
