@@ -8,11 +8,19 @@ runs in worker subprocesses, so a crashing op is recorded, not fatal.
 
 from __future__ import annotations
 
+import os
+
 import opinfo_sweep
+import pytest
 
 REGENERATE = "PYTHONPATH=. python tests/python/opinfo_sweep.py --write"
 
 
+# The whole sweep takes far longer than CI's budget on 2 cores (about 45 minutes for
+# 525 of 670 ops on a loaded machine), so it runs on demand; CI runs the classifier
+# tests below. docs/opinfo-coverage.md records the last full run.
+@pytest.mark.skipif(os.environ.get("LAZYMLIR_OPINFO_SWEEP") != "1",
+                    reason="the full OpInfo sweep runs with LAZYMLIR_OPINFO_SWEEP=1")
 def test_opinfo_sweep():
     # The ops docs/opinfo-coverage.md records (all of them after a full --write).
     recorded = {key.rsplit(":", 1)[0] for key in opinfo_sweep.recorded_sweep()[0]}
