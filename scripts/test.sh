@@ -16,11 +16,11 @@ python -m pip install -q ".[test]"
 # resnet2's, the others the accumulation test's): kernels run one CPU thread at a time.
 (cd tests && LAZYMLIR_TARGET=cuda LAZYMLIR_CUDA_DRIVER=emulator python -m pytest -q \
     python/test_ops.py python/test_aliasing.py python/test_caching.py python/test_models.py \
-    --deselect python/test_caching.py::test_graph_hash_stable_across_processes \
-    --deselect python/test_caching.py::test_disk_cache_hit \
-    --deselect python/test_caching.py::test_disk_cache_hit_skips_torch_mlir \
-    --deselect "python/test_models.py::test_training_matches_eager[gpt_masked_fill-adamw]" \
-    --deselect "python/test_models.py::test_training_matches_eager[transformer_encoder-adamw]" \
-    --deselect "python/test_models.py::test_training_matches_eager[resnet2-adam]" \
-    --deselect python/test_models.py::test_gradient_accumulation_clipping_and_lr_schedule)
+    --deselect tests/python/test_caching.py::test_graph_hash_stable_across_processes \
+    --deselect tests/python/test_caching.py::test_disk_cache_hit \
+    --deselect tests/python/test_caching.py::test_disk_cache_hit_skips_torch_mlir \
+    --deselect "tests/python/test_models.py::test_training_matches_eager[gpt_masked_fill-adamw]" \
+    --deselect "tests/python/test_models.py::test_training_matches_eager[transformer_encoder-adamw]" \
+    --deselect "tests/python/test_models.py::test_training_matches_eager[resnet2-adam]" \
+    --deselect tests/python/test_models.py::test_gradient_accumulation_clipping_and_lr_schedule)
 lit -sv tests/lit
