@@ -110,6 +110,25 @@ def _extents(op) -> list[int] | None:
     return None if any(e is None or e < 0 for e in ext) else ext
 
 
+def clone_body(block, ivs, skip, mapping):
+    """Clone a linalg body's ops (all but its yield and `skip`) at the insertion point,
+    with `linalg.index` replaced by `ivs` and operands remapped through `mapping`;
+    returns `mapping`, extended with the clones' results."""
+    for inner in list(block.operations)[:-1]:
+        if skip is not None and inner == skip:
+            continue
+        if inner.name == "linalg.index":
+            mapping[inner.results[0]] = ivs[ir.IntegerAttr(inner.attributes["dim"]).value]
+            continue
+        clone = inner.clone()
+        for i, operand in enumerate(clone.operands):
+            if operand in mapping:
+                clone.operands[i] = mapping[operand]
+        for old, new in zip(inner.results, clone.results):
+            mapping[old] = new
+    return mapping
+
+
 def _body_values(op, ivs, skip, mapping):
     """Load the inputs at `ivs` and clone the body (except `skip`); return the mapping."""
     maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
@@ -123,20 +142,7 @@ def _body_values(op, ivs, skip, mapping):
             affine.AffineApplyOp(ir.AffineMap.get(n, 0, [e]), ivs).result for e in m.results
         ]
         mapping[arg] = memref.LoadOp(v, idx).result
-    for inner in list(block.operations)[:-1]:
-        if inner == skip:
-            continue
-        if inner.name == "linalg.index":
-            dim = ir.IntegerAttr(inner.attributes["dim"]).value
-            mapping[inner.results[0]] = ivs[dim]
-            continue
-        clone = inner.clone()
-        for i, operand in enumerate(clone.operands):
-            if operand in mapping:
-                clone.operands[i] = mapping[operand]
-        for old, new in zip(inner.results, clone.results):
-            mapping[old] = new
-    return mapping
+    return clone_body(block, ivs, skip, mapping)
 
 
 def _rewrite(op, comb, e, chunk: int, extents: list[int], npar: int) -> None:

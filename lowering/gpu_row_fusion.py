@@ -36,7 +36,7 @@ import math
 from mlir import ir
 from mlir.dialects import affine, arith, gpu, memref, scf
 
-from .gpu_reductions import _cidx, _extents, _match
+from .gpu_reductions import _cidx, _extents, _match, clone_body
 
 MAX_PER_THREAD = 8
 MAX_THREADS = 1024
@@ -392,19 +392,7 @@ class _Emitter:
                     mapping[arg] = memref.LoadOp(v, _indices(m, ivs)).result
             else:  # col: weights, read-only in the run
                 mapping[arg] = memref.LoadOp(v, _indices(m, ivs)).result
-        for inner in list(block.operations)[:-1]:
-            if skip is not None and inner == skip:
-                continue
-            if inner.name == "linalg.index":
-                mapping[inner.results[0]] = ivs[ir.IntegerAttr(inner.attributes["dim"]).value]
-                continue
-            clone = inner.clone()
-            for i, operand in enumerate(clone.operands):
-                if operand in mapping:
-                    clone.operands[i] = mapping[operand]
-            for old, new in zip(inner.results, clone.results):
-                mapping[old] = new
-        return mapping
+        return clone_body(block, ivs, skip, mapping)
 
     def _map(self, g):
         op = g.op

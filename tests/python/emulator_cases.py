@@ -68,11 +68,12 @@ def _flat(out):
     return [t for o in out for t in _flat(o)]
 
 
-def trace_all(root: str) -> None:
+def trace_all(root: str, cases: dict | None = None) -> None:
+    """Trace each case (default: CASES) on lazy_mlir, dumping its stages to root/<name>."""
     import lazymlir
 
     torch.manual_seed(0)
-    for name, (fn, make, _) in CASES.items():
+    for name, (fn, make, _) in (CASES if cases is None else cases).items():
         with lazymlir.dump_to(f"{root}/{name}"):
             inputs = [t.to("lazy_mlir") for t in make()]
             outs = _flat(fn(*inputs))

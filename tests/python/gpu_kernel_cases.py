@@ -12,6 +12,8 @@ import sys
 import torch
 import torch.nn.functional as F
 
+import emulator_cases
+
 # name -> (function, input factory, how graph inputs are drawn)
 CASES = {
     # 6 rows of 3000: each row split over 2 blocks, combined by one atomic per block.
@@ -59,23 +61,8 @@ MATMULS = ("matmul_tiled", "bmm_tiled", "linear_wt", "matmul_tn")
 FUSED = ("softmax_rows", "layer_norm_rows", "log_softmax_rows", "rms_norm")
 
 
-def _flat(out):
-    if isinstance(out, torch.Tensor):
-        return [out]
-    return [t for o in out for t in _flat(o)]
-
-
 def trace_all(root: str) -> None:
-    import lazymlir
-
-    torch.manual_seed(0)
-    for name, (fn, make, _) in CASES.items():
-        with lazymlir.dump_to(f"{root}/{name}"):
-            inputs = [t.to("lazy_mlir") for t in make()]
-            outs = _flat(fn(*inputs))
-            lazymlir.mark_step()
-            for o in outs:
-                o.cpu()
+    emulator_cases.trace_all(root, CASES)
 
 
 if __name__ == "__main__":
