@@ -161,85 +161,66 @@ def _mlp(seed: int = 0) -> torch.nn.Module:
                                torch.nn.Linear(512, 256))
 
 
-def _train_step(model, opt, x, y):
+def _mse(model, x, y):
+    return F.mse_loss(model(x), y)
+
+
+def _train_step(model, opt, x, y, loss_fn=_mse):
     opt.zero_grad()
-    loss = F.mse_loss(model(x), y)
+    loss = loss_fn(model, x, y)
     loss.backward()
     opt.step()
     return loss
 
 
-def _mlp_bench(reps: int, inductor: bool) -> Row:
+def _training_bench(name: str, make_model, make_opt, loss_fn, x, y, reps: int,
+                    inductor: bool) -> Row:
+    """One training step eagerly, on lazy_mlir (one graph per step) and through
+    torch.compile, each on its own copy of the same initial weights."""
     import lazymlir
 
-    x, y = torch.randn(64, 256), torch.randn(64, 256)
-    eager_model = _mlp()
-    eager_opt = torch.optim.SGD(eager_model.parameters(), lr=0.01)
-    lazy_model = _mlp().to("lazy_mlir")
-    lazy_opt = torch.optim.SGD(lazy_model.parameters(), lr=0.01)
+    eager_model = make_model()
+    eager_opt = make_opt(eager_model.parameters())
+    lazy_model = make_model().to("lazy_mlir")
+    lazy_opt = make_opt(lazy_model.parameters())
     xl, yl = x.to("lazy_mlir"), y.to("lazy_mlir")
 
     def lazy_step():
-        loss = _train_step(lazy_model, lazy_opt, xl, yl)
+        loss = _train_step(lazy_model, lazy_opt, xl, yl, loss_fn)
         lazymlir.mark_step()
         return loss
 
     before = _fallbacks()
     eager, first, lazy, code, _ = _paired_timing(
-        lambda: _train_step(eager_model, eager_opt, x, y), lazy_step, reps)
+        lambda: _train_step(eager_model, eager_opt, x, y, loss_fn), lazy_step, reps)
     fallbacks = _fallbacks() - before
     # Both took the same number of steps from the same weights: compare them.
     err = max((pe - pl.cpu()).abs().max().item()
               for pe, pl in zip(eager_model.parameters(), lazy_model.parameters()))
-    row = Row("mlp train step 64x256-512-256 SGD", eager, lazy, code, first, max_abs_err=err,
-              fallbacks=fallbacks)
-    compiled_model = _mlp()
-    compiled_opt = torch.optim.SGD(compiled_model.parameters(), lr=0.01)
-    _compile_columns(row, lambda: _train_step(compiled_model, compiled_opt, x, y), [], reps,
-                     inductor)
+    row = Row(name, eager, lazy, code, first, max_abs_err=err, fallbacks=fallbacks)
+    compiled_model = make_model()
+    compiled_opt = make_opt(compiled_model.parameters())
+    _compile_columns(row, lambda: _train_step(compiled_model, compiled_opt, x, y, loss_fn), [],
+                     reps, inductor)
     return row
+
+
+def _mlp_bench(reps: int, inductor: bool) -> Row:
+    return _training_bench("mlp train step 64x256-512-256 SGD", _mlp,
+                           lambda p: torch.optim.SGD(p, lr=0.01), _mse,
+                           torch.randn(64, 256), torch.randn(64, 256), reps, inductor)
 
 
 def _gpt_bench(reps: int, inductor: bool) -> Row:
     """One AdamW training step of the small GPT (benchmarks/models.py)."""
-    import lazymlir
-
     from benchmarks import models
 
     config = models.GPTConfig()
     idx, targets = models.gpt_batch(config, models.BENCH_BATCH, torch.Generator().manual_seed(1))
-    eager_model = models.gpt(config)
-    eager_opt = torch.optim.AdamW(eager_model.parameters(), lr=1e-3)
-    lazy_model = models.gpt(config).to("lazy_mlir")
-    lazy_opt = torch.optim.AdamW(lazy_model.parameters(), lr=1e-3)
-    idx_l, targets_l = idx.to("lazy_mlir"), targets.to("lazy_mlir")
-
-    def step(model, opt, i, t):
-        opt.zero_grad()
-        loss = models.gpt_loss(model, i, t)
-        loss.backward()
-        opt.step()
-        return loss
-
-    def lazy_step():
-        loss = step(lazy_model, lazy_opt, idx_l, targets_l)
-        lazymlir.mark_step()
-        return loss
-
-    before = _fallbacks()
-    eager, first, lazy, code, _ = _paired_timing(
-        lambda: step(eager_model, eager_opt, idx, targets), lazy_step, reps)
-    fallbacks = _fallbacks() - before
-    err = max((pe - pl.cpu()).abs().max().item()
-              for pe, pl in zip(eager_model.parameters(), lazy_model.parameters()))
-    row = Row(f"gpt train step {config.layers}x(d{config.dim},h{config.heads}) "
-              f"b{models.BENCH_BATCH}xs{config.seq} AdamW", eager, lazy, code, first,
-              max_abs_err=err, fallbacks=fallbacks)
-    compiled_model = models.gpt(config)
-    compiled_opt = torch.optim.AdamW(compiled_model.parameters(), lr=1e-3)
-    _compile_columns(row, lambda: step(compiled_model, compiled_opt, idx, targets), [], reps,
-                     inductor)
-    return row
+    return _training_bench(f"gpt train step {config.layers}x(d{config.dim},h{config.heads}) "
+                           f"b{models.BENCH_BATCH}xs{config.seq} AdamW",
+                           lambda: models.gpt(config), lambda p: torch.optim.AdamW(p, lr=1e-3),
+                           models.gpt_loss, idx, targets, reps, inductor)
 
 
 def _block_bench(reps: int, inductor: bool) -> Row:
