@@ -45,17 +45,26 @@ def runtime():
     return _runtime_or_skip()
 
 
-@pytest.fixture(scope="module")
-def traced(tmp_path_factory):
-    """case name -> list of fx graph texts (tracer dumps of a child process)."""
-    root = tmp_path_factory.mktemp("emulator-traces")
+def trace_cases(script: str, cases, root: Path) -> dict[str, list[str]]:
+    """Run `script` (emulator_cases.py or a sibling) in a child process that traces each
+    case on the cpu target and dumps its stages under root/<case>; returns case name ->
+    its fx graph texts."""
     # The child imports lazymlir the way this process did (PYTHONPATH or site-packages).
-    env = dict(os.environ, LAZYMLIR_TARGET="cpu", LAZYMLIR_FALLBACK="error")
-    done = subprocess.run([sys.executable, str(HERE / "emulator_cases.py"), str(root)],
+    # A fresh disk cache: a cached graph is not compiled again, so it would not be dumped.
+    env = dict(os.environ, LAZYMLIR_TARGET="cpu", LAZYMLIR_FALLBACK="error",
+               LAZYMLIR_CACHE_DIR=str(root / "cache"))
+    done = subprocess.run([sys.executable, str(HERE / script), str(root)],
                           env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
     return {name: [p.read_text() for p in sorted((root / name).glob("*/00-fx.fx.json"))]
-            for name in emulator_cases.CASES}
+            for name in cases}
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory):
+    """case name -> list of fx graph texts (tracer dumps of a child process)."""
+    return trace_cases("emulator_cases.py", emulator_cases.CASES,
+                       tmp_path_factory.mktemp("emulator-traces"))
 
 
 def compile_for_emulator(fx_text: str) -> tuple[str, list[tuple[str, bytes, str]]]:

@@ -10,7 +10,6 @@ fails here even when the numbers still match.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -29,6 +28,7 @@ from test_cuda_emulator import (  # noqa: E402
     assert_matches,
     compile_for_emulator,
     run_on_emulator,
+    trace_cases,
 )
 
 from lazymlir.lowering import fx_graph, gpu_row_fusion, gpu_stages, stages  # noqa: E402
@@ -45,15 +45,7 @@ def runtime():
 
 @pytest.fixture(scope="module")
 def traced(tmp_path_factory):
-    root = tmp_path_factory.mktemp("gpu-kernel-traces")
-    # A fresh disk cache: a cached graph is not compiled again, so it would not be dumped.
-    env = dict(os.environ, LAZYMLIR_TARGET="cpu", LAZYMLIR_FALLBACK="error",
-               LAZYMLIR_CACHE_DIR=str(root / "cache"))
-    done = subprocess.run([sys.executable, str(HERE / "gpu_kernel_cases.py"), str(root)],
-                          env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-4000:]
-    return {name: [p.read_text() for p in sorted((root / name).glob("*/00-fx.fx.json"))]
-            for name in CASES}
+    return trace_cases("gpu_kernel_cases.py", CASES, tmp_path_factory.mktemp("gpu-kernel-traces"))
 
 
 def _gpu_text(fx_text: str) -> str:
