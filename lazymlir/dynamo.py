@@ -106,12 +106,12 @@ def _compile(gm: torch.fx.GraphModule, example_inputs):
     graph, constants, layout = to_fx_stage(gm)
     target = targets.active()
     key = fx_graph.structural_hash(graph, target.name)
+    metas = fx_graph.output_metas(graph)  # once: run() is on every step's path
 
     def run(args):
         inputs = [target.borrow(a) for a in args] + [target.borrow(c) for c in constants]
         args.clear()  # boxed calling convention: let AOTAutograd free what it can
         outs = executor.execute(graph, inputs, [], key=key)
-        metas = fx_graph.output_metas(graph)
         outs = [target.give_back(o, metas[i]) for i, o in enumerate(outs)]
         return [None if i is None else outs[i] for i in layout]
 
