@@ -3,7 +3,8 @@
     PYTHONPATH=. python -m benchmarks.run [--label NAME] [--reps N] [--inductor] [--quick]
 
 Every workload runs eagerly and on `lazy_mlir` (CPU target) in one process; each
-figure is the median of `--reps` timed runs after one untimed warm-up, and the
+figure is the median of `--reps` timed runs (eager and lazy alternate in blocks
+of BLOCK runs, the first run of each block untimed), and the
 first lazy run (trace + compile + run) is reported separately as `first s`.
 `lazy ms` is the whole user-visible step: tracing, the graph-cache lookup, the
 compiled code and the copy back to a CPU tensor (`.cpu()` / `mark_step()`);
@@ -57,6 +58,9 @@ class Row:
         return self.lazy_ms / self.eager_ms
 
 
+BLOCK = 5  # timed runs per side in a row (see _paired_timing)
+
+
 def _median_ms(fn: Callable[[], object], reps: int) -> float:
     fn()  # warm-up
     times = []
@@ -82,24 +86,30 @@ def _fallbacks() -> int:
 def _paired_timing(eager_fn: Callable[[], object], lazy_fn: Callable[[], object], reps: int):
     """(eager median ms, lazy first run s, lazy median ms, compiled-code median ms, lazy result).
 
-    Eager and lazy runs alternate, so both see the same machine load (the
-    machine may be shared; medians of interleaved runs keep the ratio honest).
+    Eager and lazy runs alternate in blocks of BLOCK, so both see the same machine
+    load (the machine may be shared), and each block's first run is not timed: on
+    two cores, switching between PyTorch's OpenMP pool and the compiled code's
+    thread pool costs milliseconds (measured: an MLP step interleaved run by run
+    took 5 ms eager and 3-7 ms lazy, against 0.9 and 2.3 ms run alone), which a
+    training loop that stays on one side never pays.
     """
     began = time.perf_counter()
     out = lazy_fn()
     first = time.perf_counter() - began
-    eager_fn()
-    lazy_fn()
     eager, lazy, code = [], [], []
-    for _ in range(reps):
-        began = time.perf_counter()
-        eager_fn()
-        eager.append(time.perf_counter() - began)
-        exec_before = _execute_total()
-        began = time.perf_counter()
-        out = lazy_fn()
-        lazy.append(time.perf_counter() - began)
-        code.append(_execute_total() - exec_before)
+    for _ in range(max(1, reps // BLOCK)):
+        eager_fn()  # the switch: not timed
+        for _ in range(BLOCK):
+            began = time.perf_counter()
+            eager_fn()
+            eager.append(time.perf_counter() - began)
+        lazy_fn()
+        for _ in range(BLOCK):
+            exec_before = _execute_total()
+            began = time.perf_counter()
+            out = lazy_fn()
+            lazy.append(time.perf_counter() - began)
+            code.append(_execute_total() - exec_before)
     ms = [1e3 * statistics.median(t) for t in (eager, lazy, code)]
     return ms[0], first, ms[1], ms[2], out
 
@@ -294,7 +304,8 @@ def _markdown(rows: list[Row], meta: dict) -> str:
     lines = [f"# {meta['label']}", "",
              f"`{meta['command']}` at commit `{meta['commit']}`, {meta['date']}, "
              f"{meta['cpu']} ({meta['threads']} torch threads), torch {meta['torch']}, "
-             f"median of {meta['reps']} interleaved runs, load average after the run "
+             f"median of {meta['reps']} runs, eager and lazy alternating in blocks of {BLOCK}, "
+             "load average after the run "
              f"{meta['loadavg_after'][0]:.1f}; compile worker start {meta['worker_start_s']:.2f} s "
              "(not in `first run s`). `fallbacks`: ops run eagerly instead (0 = all compiled).", "",
              "| workload | eager ms | lazy ms | code ms | lazy/eager | first run s | "
@@ -363,7 +374,7 @@ def _cpu_name() -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--label", default="latest", help="results file name")
-    parser.add_argument("--reps", type=int, default=10)
+    parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--inductor", action="store_true",
                         help="add torch.compile (inductor) columns (slow cold compiles)")
     parser.add_argument("--only", default="", help="run only workloads whose name contains this")
@@ -372,8 +383,16 @@ def main(argv=None) -> int:
     parser.add_argument("--sizes", default="256,512,1024",
                         help="matmul sizes (comma separated; 2048 is slow before optimization)")
     args = parser.parse_args(argv)
-    # A private, empty disk cache: first runs really compile.
+    # Private, empty disk caches for both compilers: first runs really compile. Inductor
+    # otherwise reuses its FX graph and autotuning caches across runs (then its
+    # `first s` is a cache load, not a compile, and the cold-compile ratio is unfair).
     os.environ["LAZYMLIR_CACHE_DIR"] = tempfile.mkdtemp(prefix="lazymlir-bench-")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-bench-")
+    os.environ["TORCHINDUCTOR_FX_GRAPH_CACHE"] = "0"
+    os.environ["TORCHINDUCTOR_AUTOGRAD_CACHE"] = "0"
+    import torch._inductor.config as inductor_config  # the env vars may be read already
+    inductor_config.fx_graph_cache = False
+    inductor_config.autotune_local_cache = False
     os.environ.setdefault("LAZYMLIR_TARGET", "cpu")
     import lazymlir
     import lazymlir.dynamo  # noqa: F401  backend="lazymlir" from a source checkout too
