@@ -49,7 +49,15 @@ def _device_memory(target) -> str:
     stats = getattr(getattr(target, "runtime", None), "allocator_stats", None)
     if stats is None:
         name = getattr(target, "name", None) or "no target yet"
-        return f"n/a ({name}: values are host tensors)" if name == "cpu" else f"n/a ({name})"
+        if name != "cpu":
+            return f"n/a ({name})"
+        line = "n/a (cpu: values are host tensors)"
+        temporaries = target.temporaries_stats()
+        if temporaries is not None:
+            line += (f"; compiled graphs' temporaries: "
+                     f"{temporaries['bytes_cached'] / 2**20:.1f} MiB kept for reuse, "
+                     f"{temporaries['hits']} reused and {temporaries['misses']} fresh blocks")
+        return line
     values = stats()
     peak = values.get("bytes_peak")
     return (f"{values['bytes_in_use'] / 2**20:.1f} MiB in use, "

@@ -19,12 +19,13 @@ compiler.
 from __future__ import annotations
 
 import ctypes.util
-import os
 import platform
-import shutil
 import subprocess
 from functools import cache
 from pathlib import Path
+
+from ..support import toolchain
+from . import cpu_vector_math
 
 SO_NAME = "executable.so"
 # The host's target triple (Linux: the only OS the tools ship for).
@@ -51,10 +52,7 @@ def _vector_math() -> tuple[list[str], list[str]]:
 
 @cache
 def _tools() -> dict[str, str]:
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        raise RuntimeError("no C compiler driver (cc/gcc) found to link CPU executables; "
-                           "install gcc or set CC")
+    cc = toolchain.c_compiler()
     return {
         "mlir-translate": str(_package_dir("mlir", "bin", "mlir-translate")),
         "llc": str(_package_dir("llvm", "bin", "llc")),
@@ -83,6 +81,8 @@ def build_shared_object(llvm_text: str, directory: Path) -> Path:
     # The module has no triple: name the host's, or opt has no target cost model.
     target = [f"-mtriple={HOST_TRIPLE}", "-mcpu=native"]
     vector_math_opt, vector_math_link = _vector_math()
+    if vector_math_opt:  # erff & co.: libmvec variants LLVM's own table lacks
+        ll_file.write_text(cpu_vector_math.annotate(ll_file.read_text()))
     _run([tools["opt"], "-O3", *target, *vector_math_opt, str(ll_file), "-o", str(opt_file)])
     _run([tools["llc"], "-O3", *target, "-filetype=obj", "-relocation-model=pic",
           str(opt_file), "-o", str(obj_file)])
@@ -90,7 +90,9 @@ def build_shared_object(llvm_text: str, directory: Path) -> Path:
     # and so does the async runtime.
     lib_dir = tools["runner-utils"]
     # Parallel loops call libmlir_async_runtime (lowering/cpu_parallel.py);
-    # --as-needed: only graphs that have one depend on it.
+    # --as-needed: only graphs that have one depend on it. The buffer allocation
+    # functions (_mlir_memref_to_llvm_*) stay undefined: the runtime loads
+    # lazymlir/targets/cpu_alloc.py's library globally before any graph.
     _run([tools["cc"], "-shared", str(obj_file), "-o", str(so_file), f"-L{lib_dir}",
           f"-Wl,-rpath,{lib_dir}", "-lmlir_c_runner_utils", "-Wl,--as-needed",
           "-lmlir_async_runtime", "-Wl,--no-as-needed", *vector_math_link, "-lm"])

@@ -67,7 +67,8 @@ LLVM_PIPELINE = (
     "expand-strided-metadata,"
     # ...which computes subview offsets with affine.apply.
     "lower-affine,"
-    "finalize-memref-to-llvm,"
+    # Buffers through lazymlir/targets/cpu_alloc.py's caching allocator, not malloc/free.
+    "finalize-memref-to-llvm{use-generic-functions=1},"
     # fpowi/ipowi with i64 exponents (x**2 from torch) have no correct LLVM
     # intrinsic form; outline them as software loops first.
     "convert-math-to-funcs,convert-scf-to-cf,"

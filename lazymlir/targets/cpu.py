@@ -18,9 +18,48 @@ from pathlib import Path
 
 import torch
 
+from .. import session
+from . import cpu_alloc
 from .base import Executable, OutputMetas, Target
 
 SO_NAME = "executable.so"
+
+
+@cache
+def _allocator() -> ctypes.CDLL:
+    """targets/cpu_alloc.py's caching allocator, loaded once per process with
+    RTLD_GLOBAL: every graph's `_mlir_memref_to_llvm_*` calls bind to it, so all
+    graphs share one cache. Built next to the disk cache (once per machine) when there
+    is one, else in the session's scratch folder (once per process)."""
+    current = session.current()
+    cache_dir = current.settings.cache_dir
+    directory = Path(cache_dir) / "runtime" if cache_dir else Path(current.scratch_dir())
+    try:
+        path = cpu_alloc.build(directory)
+    except OSError:  # an unwritable cache folder: build privately instead
+        path = cpu_alloc.build(current.scratch_dir())
+    lib = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+    lib.lazymlir_cpu_alloc_stats.argtypes = [ctypes.POINTER(ctypes.c_uint64 * 4)]
+    lib.lazymlir_cpu_alloc_stats.restype = None
+    lib.lazymlir_cpu_alloc_trim.restype = None
+    return lib
+
+
+def temporaries_stats() -> dict[str, int] | None:
+    """The caching allocator's counters for compiled graphs' temporaries (None before
+    the first graph is loaded): block reuses, fresh allocations, bytes kept for reuse,
+    bytes of cached-size blocks in use."""
+    if _allocator.cache_info().currsize == 0:
+        return None
+    out = (ctypes.c_uint64 * 4)()
+    _allocator().lazymlir_cpu_alloc_stats(ctypes.byref(out))
+    return dict(zip(("hits", "misses", "bytes_cached", "bytes_in_use"), out))
+
+
+def release_temporaries() -> None:
+    """Return the blocks the allocator keeps for reuse to the system."""
+    if _allocator.cache_info().currsize:
+        _allocator().lazymlir_cpu_alloc_trim()
 
 
 @cache
@@ -48,6 +87,7 @@ class CpuExecutable(Executable):
     def __init__(self, so_path: Path, output_metas: OutputMetas):
         self.so_path = Path(so_path)
         self.output_metas = output_metas
+        _allocator()  # defines the buffer functions the graph calls
         self._lib = ctypes.CDLL(str(self.so_path))
         self._entry = self._lib._mlir_ciface_main
         self._entry.restype = None
@@ -80,6 +120,10 @@ def _host_cpu() -> str:
 
 class CpuTarget(Target):
     name = "cpu"
+
+    @staticmethod
+    def temporaries_stats() -> dict[str, int] | None:
+        return temporaries_stats()
 
     def fingerprint(self) -> str:
         return f"cpu-{_host_cpu()}"

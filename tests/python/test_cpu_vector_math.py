@@ -1,0 +1,92 @@
+"""libm calls outside LLVM's LIBMVEC table vectorize through glibc's libmvec
+(lowering/cpu_vector_math.py), and GELU's erf on the device matches eager."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import DEVICE, assert_no_fallback, target_name
+
+from lazymlir.lowering import cpu_codegen, cpu_vector_math
+
+# A loop calling erff then expf, as convert-math-to-libm and mlir-translate leave it.
+LOOP = """target triple = "x86_64-unknown-linux-gnu"
+declare float @erff(float)
+declare float @llvm.exp.f32(float)
+define void @f(ptr %a, ptr %b, i64 %n) {
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [0, %entry], [%i1, %loop]
+  %pa = getelementptr float, ptr %a, i64 %i
+  %x = load float, ptr %pa
+  %y = call float @erff(float %x)
+  %z = call float @llvm.exp.f32(float %y)
+  %pb = getelementptr float, ptr %b, i64 %i
+  store float %z, ptr %pb
+  %i1 = add i64 %i, 1
+  %c = icmp slt i64 %i1, %n
+  br i1 %c, label %loop, label %exit
+exit:
+  ret void
+}
+"""
+
+needs_libmvec = pytest.mark.skipif(
+    not cpu_vector_math._exported("_ZGVdN8v_erff"),
+    reason="this host's glibc has no vector erff (glibc < 2.35 or not x86_64)")
+
+
+def _optimized_calls(ll_text: str, tmp_path) -> str:
+    source = tmp_path / "loop.ll"
+    source.write_text(ll_text)
+    done = subprocess.run([cpu_codegen._tools()["opt"], "-O3", "-mcpu=x86-64-v3",
+                           f"-mtriple={cpu_codegen.HOST_TRIPLE}", "-vector-library=LIBMVEC",
+                           str(source), "-S", "-o", "-"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@needs_libmvec
+def test_an_erf_loop_vectorizes_only_with_the_variants(tmp_path):
+    # Without the annotation one erff call keeps the whole loop scalar (exp included).
+    plain = _optimized_calls(LOOP, tmp_path)
+    assert "call <8 x float> @_ZGVdN8v_erff" not in plain
+    assert "call <8 x float> @_ZGVdN8v_expf" not in plain
+    annotated = cpu_vector_math.annotate(LOOP)
+    assert '"vector-function-abi-variant"="_ZGV_LLVM_N8v_erff(_ZGVdN8v_erff)' in annotated
+    assert "@llvm.compiler.used" in annotated
+    vectorized = _optimized_calls(annotated, tmp_path)
+    assert "call <8 x float> @_ZGVdN8v_erff" in vectorized
+    assert "call <8 x float> @_ZGVdN8v_expf" in vectorized
+
+
+def test_functions_llvm_maps_itself_are_left_alone():
+    text = "declare float @expf(float)\ndeclare double @log(double)\n"
+    assert cpu_vector_math.annotate(text) == text
+
+
+@pytest.mark.skipif(target_name() != "cpu", reason="cpu codegen")
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_forward_and_backward_match_eager(approximate):
+    torch.manual_seed(0)
+    x = torch.randn(64, 515) * 3   # odd width: the vector loop's scalar remainder too
+    # Not +-inf: eager's own GELU gives NaN there in its vectorized body (its erf
+    # polynomial) and +-inf / 0 in its scalar tail, so no single answer is eager's.
+    x[0, :4] = torch.tensor([float("nan"), 60.0, -60.0, 0.0])
+    g = torch.randn(64, 515)
+
+    def step(inp, grad):
+        inp = inp.detach().requires_grad_()
+        out = F.gelu(inp, approximate=approximate)
+        (out * grad).sum().backward()
+        return out, inp.grad
+
+    expected = step(x, g)
+    actual = [t.cpu() for t in step(x.to(DEVICE), g.to(DEVICE))]
+    for a, e in zip(actual, expected):
+        torch.testing.assert_close(a, e, rtol=1e-5, atol=1e-5, equal_nan=True)
+    assert_no_fallback()
