@@ -48,6 +48,7 @@ constexpr int CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76;
     (CUcontext *, CUdevice))                                                  \
   X(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", (CUdevice))    \
   X(cuCtxSetCurrent, "cuCtxSetCurrent", (CUcontext))                          \
+  X(cuCtxSynchronize, "cuCtxSynchronize", ())                                 \
   X(cuStreamCreate, "cuStreamCreate", (CUstream *, unsigned))                 \
   X(cuStreamDestroy, "cuStreamDestroy_v2", (CUstream))                        \
   X(cuStreamSynchronize, "cuStreamSynchronize", (CUstream))                   \

@@ -259,6 +259,12 @@ CUresult fakeCtxSetCurrent(CUcontext) {
   return CUDA_SUCCESS;
 }
 
+// Every fake stream is synchronous: waiting for the context waits for nothing.
+CUresult fakeCtxSynchronize() {
+  FAKE_ENTER("cuCtxSynchronize");
+  return CUDA_SUCCESS;
+}
+
 CUresult fakeStreamCreate(CUstream *stream, unsigned) {
   FAKE_ENTER("cuStreamCreate");
   *stream = reinterpret_cast<CUstream>(new char);
@@ -470,6 +476,7 @@ const DriverApi &fakeDriver() {
     a.cuDevicePrimaryCtxRetain = fakePrimaryCtxRetain;
     a.cuDevicePrimaryCtxRelease = fakePrimaryCtxRelease;
     a.cuCtxSetCurrent = fakeCtxSetCurrent;
+    a.cuCtxSynchronize = fakeCtxSynchronize;
     a.cuStreamCreate = fakeStreamCreate;
     a.cuStreamDestroy = fakeStreamDestroy;
     a.cuStreamSynchronize = fakeStreamSynchronize;
