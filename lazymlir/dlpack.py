@@ -14,10 +14,13 @@ PrivateUse1 tensors; `Tensor.__dlpack__`/`__dlpack_device__` are Python methods,
 which `install()` extends for lazy_mlir tensors, so `torch.from_dlpack(lazy)` and
 other libraries' `from_dlpack` work.
 
-Streams: the producer side synchronizes the runtime's stream before it hands out a
-pointer, so the data is complete whatever stream the consumer passes (the `stream`
-argument is accepted and not needed). On import the runtime passes its own stream
-to the producer's `__dlpack__`, so the producer orders its pending writes before it.
+Streams (DLPack's `stream` argument: the stream the consumer will read on): when the
+consumer names one, it is made to wait for the runtime's pending work with an event,
+and when it releases the tensor the runtime's stream waits for the consumer's work
+before the block can be reused; when it names none (-1), the runtime synchronizes its
+stream before handing out the pointer and waits for the whole device context at the
+release. On import the runtime passes its own stream to the producer's `__dlpack__`,
+so the producer orders its pending writes before it.
 
 Lazy values are immutable and may be shared by several tensors (clone, detach), so
 an exported value is for reading: versioned capsules carry DLPack's read-only flag.
@@ -44,13 +47,15 @@ def _inner(tensor: torch.Tensor):
     return tensor
 
 
-def to_dlpack(tensor: torch.Tensor, *, versioned: bool = False):
+def to_dlpack(tensor: torch.Tensor, *, versioned: bool = False, stream: int | None = -1):
     """A DLPack capsule of a lazy_mlir tensor, without a copy.
 
     Runs what the tensor's value still needs (a sync point for that value only), then
-    exports its buffer: kDLCUDA on the cuda target (the runtime's device buffer; the
-    stream is synchronized first), kDLCPU on the cpu target. `versioned`: a DLPack 1.0
-    "dltensor_versioned" capsule with the read-only flag; else a "dltensor" capsule.
+    exports its buffer: kDLCUDA on the cuda target (the runtime's device buffer),
+    kDLCPU on the cpu target. `versioned`: a DLPack 1.0 "dltensor_versioned" capsule
+    with the read-only flag; else a "dltensor" capsule. `stream`: the CUDA stream the
+    consumer reads on (DLPack's convention: None or 1 the legacy default stream, 2 the
+    per-thread one, a handle; -1: unknown, then the runtime's stream is synchronized).
     The capsule can be consumed once; the memory lives until its consumer releases it.
     """
     if not isinstance(tensor, torch.Tensor) or tensor.device.type != NAME:
@@ -60,7 +65,8 @@ def to_dlpack(tensor: torch.Tensor, *, versioned: bool = False):
         raise BufferError("Can't export tensors that require gradient, use tensor.detach()")
     value = _inner(tensor)._lazy
     materialize([value])
-    return targets.active().export_dlpack(value.data, value.meta, versioned=versioned)
+    return targets.active().export_dlpack(value.data, value.meta, versioned=versioned,
+                                          stream=stream)
 
 
 def from_dlpack(source) -> torch.Tensor:
@@ -93,8 +99,8 @@ def install() -> None:
         if dl_device is not None and tuple(dl_device) != targets.active().dlpack_device():
             raise BufferError(f"lazy_mlir tensors are exported on "
                               f"{targets.active().dlpack_device()}, not {tuple(dl_device)}")
-        # `stream` needs no handling: the export synchronizes the runtime's stream.
-        return to_dlpack(self, versioned=max_version is not None and max_version[0] >= 1)
+        return to_dlpack(self, versioned=max_version is not None and max_version[0] >= 1,
+                         stream=stream)
 
     def __dlpack_device__(self):
         if self.device.type != NAME:

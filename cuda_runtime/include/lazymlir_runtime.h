@@ -116,17 +116,23 @@ LZRT_API int lzrt_adopt_external(lzrt_runtime *rt, uint64_t ptr, size_t nbytes,
 /* Exports the buffer starting at `ptr` (a live one of this runtime) as a
  * DLPack tensor on kDLCUDA (device id = the runtime's ordinal): data =
  * ptr + byte_offset, byte_offset 0, the given shape/strides (in elements)
- * and dtype (DLDataTypeCode, bits; lanes 1). Synchronizes the stream first,
- * so the data is ready for any consumer stream. `*out` is a DLManagedTensor,
+ * and dtype (DLDataTypeCode, bits; lanes 1). `*out` is a DLManagedTensor,
  * or a DLManagedTensorVersioned (DLPack 1.0, `flags` stored) when
  * `versioned`; it holds a reference to the buffer and to the runtime, both
- * dropped by its deleter (which waits for the context first, since the
- * consumer's streams may still read the buffer). */
+ * dropped by its deleter.
+ * Streams: `consumer_stream` is the CUstream the consumer will read on
+ * (CU_STREAM_LEGACY = 1 and CU_STREAM_PER_THREAD = 2 included), or 0 if
+ * unknown. Known: it is made to wait for the runtime's pending work (an
+ * event, no host wait), and the deleter makes the runtime's stream wait for
+ * the consumer's work before the block can be reused. Unknown: the export
+ * synchronizes the runtime's stream, and the deleter waits for the whole
+ * context (the consumer may read on any stream). */
 LZRT_API int lzrt_dlpack_export(lzrt_runtime *rt, uint64_t ptr,
                                 uint64_t byte_offset, int ndim,
                                 const int64_t *shape, const int64_t *strides,
                                 uint8_t dtype_code, uint8_t dtype_bits,
-                                int versioned, uint64_t flags, void **out);
+                                int versioned, uint64_t flags,
+                                uint64_t consumer_stream, void **out);
 
 /* Modules: cubin or PTX bytes (PTX is JIT-compiled by the driver). */
 LZRT_API int lzrt_module_load(lzrt_runtime *rt, const void *image,

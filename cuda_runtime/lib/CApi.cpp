@@ -81,21 +81,37 @@ void releaseRuntime(lzrt_runtime *rt) {
 struct ExportContext {
   lzrt_runtime *rt;
   uint64_t ptr;
+  CUstream consumer; // the stream the consumer named; null if unknown
   std::vector<int64_t> shape, strides;
   dlpack::ManagedTensor legacy{};
   dlpack::ManagedTensorVersioned versioned{};
 };
 
+/// Makes work enqueued on `to` from now on wait for the work enqueued on
+/// `from` so far (an event; the host does not wait). False if the driver
+/// refused (e.g. a stream that no longer exists).
+bool orderAfter(const DriverApi &api, CUstream from, CUstream to) {
+  CUevent event = nullptr;
+  if (api.cuEventCreate(&event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)
+    return false;
+  bool ok = api.cuEventRecord(event, from) == CUDA_SUCCESS &&
+            api.cuStreamWaitEvent(to, event, 0) == CUDA_SUCCESS;
+  api.cuEventDestroy(event); // the driver keeps it until the wait is done
+  return ok;
+}
+
 /// The deleter of every exported tensor (called by the consumer, on any
 /// thread, at most once). The consumer may still have kernels reading the
-/// buffer on its own streams, while the allocator hands freed blocks out
-/// again at once for work on our stream: so wait for the whole context
-/// (every stream) before the reference is dropped. Never throws.
+/// buffer, while the allocator hands freed blocks out again at once for work
+/// on our stream: so our stream is ordered after the consumer's stream (the
+/// one it named when it asked for the tensor), or, when that is unknown or
+/// fails, the whole context (every stream) is waited for. Never throws.
 void releaseExport(ExportContext *ctx) noexcept {
   lzrt_runtime *rt = ctx->rt;
   try {
     const DriverApi &api = rt->bind();
-    check(api, api.cuCtxSynchronize(), "cuCtxSynchronize");
+    if (!ctx->consumer || !orderAfter(api, ctx->consumer, rt->stream))
+      check(api, api.cuCtxSynchronize(), "cuCtxSynchronize");
     rt->allocator->deallocate(ctx->ptr);
   } catch (...) {
     // Nothing to report to: the consumer's deleter returns void. The block
@@ -267,7 +283,7 @@ int lzrt_adopt_external(lzrt_runtime *rt, uint64_t ptr, size_t nbytes,
 int lzrt_dlpack_export(lzrt_runtime *rt, uint64_t ptr, uint64_t byte_offset,
                        int ndim, const int64_t *shape, const int64_t *strides,
                        uint8_t dtype_code, uint8_t dtype_bits, int versioned,
-                       uint64_t flags, void **out) {
+                       uint64_t flags, uint64_t consumer_stream, void **out) {
   return guard([&] {
     require(rt, "runtime");
     require(out, "out");
@@ -296,12 +312,16 @@ int lzrt_dlpack_export(lzrt_runtime *rt, uint64_t ptr, uint64_t byte_offset,
                   " bytes at offset " + std::to_string(byte_offset) +
                   " of a " + std::to_string(have) + "-byte buffer");
     const DriverApi &api = rt->bind();
-    // The producer synchronizes: the pointer handed out holds the finished
-    // result whatever stream the consumer reads it on.
-    check(api, api.cuStreamSynchronize(rt->stream), "cuStreamSynchronize");
+    // The result must be complete before the consumer's work reads it: its
+    // stream waits for ours (no host wait), or, when the consumer named no
+    // stream, the host waits for ours.
+    CUstream consumer = reinterpret_cast<CUstream>(uintptr_t(consumer_stream));
+    if (!consumer || !orderAfter(api, rt->stream, consumer))
+      check(api, api.cuStreamSynchronize(rt->stream), "cuStreamSynchronize");
     auto ctx = std::make_unique<ExportContext>();
     ctx->rt = rt;
     ctx->ptr = ptr;
+    ctx->consumer = consumer;
     ctx->shape.assign(shape, shape + ndim);
     ctx->strides.assign(strides, strides + ndim);
     dlpack::Tensor tensor{};

@@ -61,9 +61,11 @@ class Target(ABC):
         shape, dtype = meta
         return self.download(data, torch.empty(shape, dtype=dtype, device="meta"))
 
-    def export_dlpack(self, data, meta: torch.Tensor, *, versioned: bool = False):
+    def export_dlpack(self, data, meta: torch.Tensor, *, versioned: bool = False,
+                      stream: int | None = -1):
         """A DLPack capsule over `data` (a materialized value shaped like `meta`), no copy;
-        "dltensor_versioned" (DLPack 1.0, read-only flag set) when `versioned`."""
+        "dltensor_versioned" (DLPack 1.0, read-only flag set) when `versioned`. `stream`
+        is the protocol's argument: the consumer's stream, -1 if it names none."""
         raise NotImplementedError(f"the {self.name} target has no DLPack export")
 
     def import_dlpack(self, source) -> tuple[object, tuple[int, ...], torch.dtype]:

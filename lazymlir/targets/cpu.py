@@ -101,7 +101,7 @@ class CpuTarget(Target):
     def dlpack_device(self) -> tuple[int, int]:
         return (dlpack_abi.KDLCPU, 0)
 
-    def export_dlpack(self, data: torch.Tensor, meta, *, versioned: bool = False):
+    def export_dlpack(self, data: torch.Tensor, meta, *, versioned: bool = False, stream=-1):
         # Values are dense CPU tensors: PyTorch's own exporter shares their memory.
         return data.__dlpack__(max_version=(1, 0) if versioned else None)
 

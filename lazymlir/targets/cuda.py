@@ -156,18 +156,23 @@ class CudaTarget(Target):
         if device is None or torch.device(device).type != "cuda":
             return super().give_back(data, meta)
         shape, dtype = meta
+        # torch reads it on its current stream (the protocol's 1: the legacy default).
+        stream = torch.cuda.current_stream(device).cuda_stream or 1
         # Legacy capsule: the output is the consumer's alone, so it is writable.
-        capsule = self.export_dlpack(data, torch.empty(shape, dtype=dtype, device="meta"))
+        capsule = self.export_dlpack(data, torch.empty(shape, dtype=dtype, device="meta"),
+                                     stream=stream)
         return torch.from_dlpack(capsule)
 
     def dlpack_device(self) -> tuple[int, int]:
         return (dlpack_abi.KDLCUDA, self.ordinal)
 
-    def export_dlpack(self, data, meta: torch.Tensor, *, versioned: bool = False):
+    def export_dlpack(self, data, meta: torch.Tensor, *, versioned: bool = False,
+                      stream: int | None = -1):
         code, bits = dlpack_abi.dtype_code(meta.dtype)
         managed = self.runtime.dlpack_export(
             data, list(meta.shape), list(meta.stride()), code, bits, versioned=versioned,
-            flags=dlpack_abi.FLAG_READ_ONLY if versioned else 0)
+            flags=dlpack_abi.FLAG_READ_ONLY if versioned else 0,
+            consumer_stream=dlpack_abi.cuda_stream(stream))
         return dlpack_abi.make_capsule(managed, versioned)
 
     def _check_device(self, device: tuple[int, int]) -> None:

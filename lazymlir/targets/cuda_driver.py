@@ -93,7 +93,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "lzrt_adopt_external": [_vp, _u64, ctypes.c_size_t, _vp, _vp],
         "lzrt_dlpack_export": [_vp, _u64, _u64, ctypes.c_int, P(ctypes.c_int64),
                                P(ctypes.c_int64), ctypes.c_uint8, ctypes.c_uint8,
-                               ctypes.c_int, _u64, P(_vp)],
+                               ctypes.c_int, _u64, _u64, P(_vp)],
         "lzrt_event_create": [_vp, P(_vp)], "lzrt_event_record": [_vp],
         "lzrt_event_elapsed_ms": [_vp, _vp, P(ctypes.c_float)], "lzrt_event_destroy": [_vp],
         "lzrt_fake_reset": [], "lzrt_fake_fail_call": [ctypes.c_char_p, ctypes.c_int,
@@ -263,17 +263,20 @@ class CudaRuntime:
         return DeviceBuffer(self, ptr, nbytes)
 
     def dlpack_export(self, buf: DeviceBuffer, shape, strides, dtype_code: int, dtype_bits: int,
-                      byte_offset: int = 0, versioned: bool = False, flags: int = 0) -> int:
+                      byte_offset: int = 0, versioned: bool = False, flags: int = 0,
+                      consumer_stream: int = 0) -> int:
         """Address of a new DLManagedTensor(Versioned) on kDLCUDA viewing `buf` (see
         lzrt_dlpack_export): it holds its own reference to the buffer, dropped by its
-        deleter, so it outlives `buf`. Synchronizes the stream first."""
+        deleter, so it outlives `buf`. `consumer_stream`: the CUstream the consumer reads
+        on (ordered by events), or 0: unknown (the stream is synchronized, and the
+        deleter waits for the context)."""
         n = len(shape)
         shp = (ctypes.c_int64 * max(n, 1))(*shape)
         std = (ctypes.c_int64 * max(n, 1))(*strides)
         out = _vp()
         _check(self._lib.lzrt_dlpack_export(self.handle, buf.ptr, byte_offset, n, shp, std,
                                             dtype_code, dtype_bits, int(versioned), flags,
-                                            ctypes.byref(out)))
+                                            consumer_stream, ctypes.byref(out)))
         return out.value
 
     def load_module(self, image: bytes | str) -> Module:

@@ -112,6 +112,18 @@ def make_capsule(managed: int, versioned: bool):
     return _api.PyCapsule_New(managed, name, ctypes.cast(_capsule_destructor, ctypes.c_void_p))
 
 
+def cuda_stream(stream) -> int:
+    """The CUstream a DLPack `stream` argument names for kDLCUDA, or 0 when it names
+    none. The protocol: None and 1 are the legacy default stream (CU_STREAM_LEGACY is
+    the handle 1), 2 the per-thread default stream (CU_STREAM_PER_THREAD, 2), -1 "no
+    synchronization wanted", 0 is disallowed; other values are stream handles."""
+    if stream is None:
+        return 1
+    if not isinstance(stream, int) or isinstance(stream, bool):
+        raise TypeError(f"a DLPack stream is an int or None, got {type(stream).__name__}")
+    return stream if stream > 0 else 0
+
+
 def dtype_code(dtype: torch.dtype) -> tuple[int, int]:
     """(DLDataTypeCode, bits) of a torch dtype; TypeError for dtypes DLPack cannot carry."""
     try:

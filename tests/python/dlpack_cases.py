@@ -184,6 +184,31 @@ def export_protocol_methods():
 
 
 @case
+def export_orders_streams():
+    """A consumer that names its stream (torch.from_dlpack passes 1, the legacy default
+    stream, or its current stream) is ordered by events both ways, without host waits;
+    one that names none gets a synchronized stream, and its release waits for the whole
+    context before the block can be reused."""
+    y = torch.arange(6.).to("lazy_mlir") * 3
+    lazymlir.mark_step()
+    names = ("cuStreamWaitEvent", "cuStreamSynchronize", "cuCtxSynchronize")
+
+    def calls():
+        return {name: cuda_driver.fake.call_count(name) for name in names}
+
+    for stream, on_export, on_release in (
+            (1, (1, 0, 0), (1, 0, 0)), (None, (1, 0, 0), (1, 0, 0)),
+            (-1, (0, 1, 0), (0, 0, 1))):
+        before = calls()
+        tensor = dlpack_abi.consume(y.__dlpack__(stream=stream))
+        exported = calls()
+        tensor.release()
+        released = calls()
+        assert tuple(exported[n] - before[n] for n in names) == on_export, (stream, exported)
+        assert tuple(released[n] - exported[n] for n in names) == on_release, (stream, released)
+
+
+@case
 def export_view_with_offset_and_strides():
     """The runtime exports a strided view of a buffer: data = buffer + byte offset."""
     rt = target().runtime
@@ -416,11 +441,19 @@ def compiled_graph_takes_and_returns_cuda_tensors_in_place():
         handed.append(tensor)
         return seen.copy()
 
-    original, torch.from_dlpack = torch.from_dlpack, from_dlpack
+    def current_stream(device):  # torch's default stream: the legacy one (handle 0)
+        assert device == torch.device("cuda", 0), device
+        return types.SimpleNamespace(cuda_stream=0)
+
+    saved = torch.from_dlpack, torch.cuda.current_stream
+    torch.from_dlpack, torch.cuda.current_stream = from_dlpack, current_stream
+    waits = cuda_driver.fake.call_count("cuStreamWaitEvent")
     try:
         out_cuda, out_cpu = run([producer, torch.arange(3.)])
     finally:
-        torch.from_dlpack = original
+        torch.from_dlpack, torch.cuda.current_stream = saved
+    # The output was ordered for torch's stream (an event), not by a host wait.
+    assert cuda_driver.fake.call_count("cuStreamWaitEvent") == waits + 1
     assert producer.streams == [target().runtime.stream()]
     (tensor,) = handed
     assert tensor.device == (dlpack_abi.KDLCUDA, 0) and tensor.shape == (3, 4)
