@@ -362,6 +362,24 @@ def import_legacy_producer_and_round_trip():
 
 
 @case
+def import_same_memory_twice():
+    """Two imports of one producer buffer (an argument passed twice) share the runtime's
+    wrapper; each capsule's deleter runs once, after the last lazy user of either."""
+    prod = producer_runtime()
+    producer = FakeCudaTensor(prod, np.arange(4, dtype=np.int64))
+    a, b = lazymlir.from_dlpack(producer), lazymlir.from_dlpack(producer)
+    assert value_of(a).data.ptr == value_of(b).data.ptr == producer.buf.ptr
+    assert stats()["external_buffers"] == 1
+    assert (a + b).cpu().tolist() == [0, 2, 4, 6]
+    del a
+    gc.collect()
+    assert producer.deleted == 0
+    del b
+    gc.collect()
+    assert producer.deleted == 2 and stats()["external_buffers"] == 0
+
+
+@case
 def import_cpu_source_is_copied():
     cpu = torch.arange(6, dtype=torch.float16).reshape(2, 3)
     y = lazymlir.from_dlpack(cpu)
