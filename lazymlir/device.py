@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from . import module_moves
+from . import dlpack, module_moves
 from .execution import executor
 from .tracing import device_rules, tracer
 from .tracing.materialize import mark_step, to_cpu
@@ -291,4 +291,5 @@ def register() -> None:
     module_moves.install()
     _install_host_copy()
     _install_serialization()
+    dlpack.install()
     _registered = True

@@ -9,7 +9,12 @@ lazy device: graph cache (memory and LAZYMLIR_CACHE_DIR), compile worker, dumps
 (LAZYMLIR_DUMP_DIR), metrics, and split-around-unsupported-ops fallback
 (counted; an error with LAZYMLIR_FALLBACK=error).
 
-Inputs and outputs are ordinary CPU tensors (cpu target). Graphs with symbolic
+Inputs and outputs are ordinary CPU tensors, or torch.cuda tensors on the cuda target:
+those go in and come out through DLPack (the graph reads the caller's device memory
+in place and its outputs become torch.cuda tensors over the runtime's buffers), with
+no host round trip. Each output goes where AOTAutograd's fake tensors put it
+(`_output_devices`): a graph captured with CPU inputs keeps the CPU path, and Dynamo's
+device guards recompile when torch.cuda tensors arrive instead. Graphs with symbolic
 sizes are compiled once per concrete shape (`_specialize_per_shape`). The backend is
 registered with Dynamo through the `torch_dynamo_backends` entry point, so
 `backend="lazymlir"` works after `pip install` without importing lazymlir.
@@ -108,15 +113,45 @@ def _compile(gm: torch.fx.GraphModule, example_inputs):
     key = fx_graph.structural_hash(graph, target.name)
     metas = fx_graph.output_metas(graph)  # once: run() is on every step's path
 
+    devices = _output_devices(gm)
+
     def run(args):
+        _check_devices(args, target)
         inputs = [target.borrow(a) for a in args] + [target.borrow(c) for c in constants]
         args.clear()  # boxed calling convention: let AOTAutograd free what it can
         outs = executor.execute(graph, inputs, [], key=key)
-        outs = [target.give_back(o, metas[i]) for i, o in enumerate(outs)]
+        outs = [target.give_back(o, metas[i], devices[i]) for i, o in enumerate(outs)]
         return [None if i is None else outs[i] for i in layout]
 
     run._boxed_call = True  # AOTAutograd's boxed convention (functorch.compile.make_boxed_func)
     return run
+
+
+def _output_devices(gm: torch.fx.GraphModule) -> list[torch.device | None]:
+    """Per graph output (None entries left out, as in to_fx_stage's outputs), the CUDA
+    device AOTAutograd's fake tensors put it on, or None for a CPU output."""
+    devices = []
+    for node in gm.graph.find_nodes(op="output"):
+        for value in node.args[0]:
+            if value is None:
+                continue
+            val = value.meta.get("val") if isinstance(value, torch.fx.Node) else value
+            if val is None and value.op == "get_attr":
+                val = getattr(gm, value.target)
+            device = getattr(val, "device", None)
+            devices.append(device if device is not None and device.type == "cuda" else None)
+    return devices
+
+
+def _check_devices(args, target) -> None:
+    """torch.cuda inputs need the cuda target: the cpu target's compiled code would read
+    device pointers as host memory."""
+    if target.name != "cuda" and any(isinstance(a, torch.Tensor) and a.device.type == "cuda"
+                                     for a in args):
+        raise RuntimeError(
+            f"torch.compile(backend='lazymlir') got torch.cuda inputs, but the lazymlir "
+            f"target is {target.name}: use LAZYMLIR_TARGET=cuda (or auto on a machine "
+            f"with a GPU), or pass CPU tensors")
 
 
 def _fma(a, b, c):

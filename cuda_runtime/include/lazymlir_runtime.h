@@ -51,6 +51,8 @@ typedef struct lzrt_allocator_stats {
   uint64_t cache_hits;
   uint64_t cache_misses;
   uint64_t oom_retries;    /* times the cache was released after an OOM */
+  uint64_t retained_refs;  /* references beyond the first (DLPack exports) */
+  uint64_t external_buffers; /* live adopted external buffers (imports) */
 } lzrt_allocator_stats;
 
 typedef struct lzrt_plan_info {
@@ -69,6 +71,8 @@ LZRT_API const char *lzrt_last_error(void);
  * (runs no kernel code), 2 = the emulator driver (the fake driver's memory,
  * kernels from emulator images run on the CPU, allocations poisoned). */
 LZRT_API int lzrt_runtime_create(int fake, int ordinal, lzrt_runtime **out);
+/* Drops the creator's reference: the runtime is destroyed once no DLPack
+ * export of it is alive any more. */
 LZRT_API int lzrt_runtime_destroy(lzrt_runtime *rt);
 /* Nonzero: plans synchronize after every launch, so an asynchronous kernel
  * failure is reported with the kernel name and plan line that caused it
@@ -93,6 +97,42 @@ LZRT_API int lzrt_memset(lzrt_runtime *rt, uint64_t dst, int byte,
 LZRT_API int lzrt_allocator_stats_get(lzrt_runtime *rt,
                                       lzrt_allocator_stats *stats);
 LZRT_API int lzrt_empty_cache(lzrt_runtime *rt);
+
+/* The runtime's stream (a CUstream), for consumers and producers of DLPack
+ * tensors that order their work against it. */
+LZRT_API int lzrt_stream_get(lzrt_runtime *rt, uint64_t *stream);
+
+/* Buffer references (DLPack). Every buffer from lzrt_malloc starts with one
+ * reference; lzrt_retain adds one, lzrt_free drops one, and the buffer goes
+ * back to the cache when none is left. */
+LZRT_API int lzrt_retain(lzrt_runtime *rt, uint64_t ptr);
+/* Wraps `nbytes` of device memory owned by someone else (a DLPack import)
+ * as a buffer with one reference: plans may use it; the allocator never
+ * frees it; when the last reference is dropped (lzrt_free, which first
+ * synchronizes the stream) `release(context)` runs once, e.g. the
+ * producer's DLManagedTensor deleter. */
+LZRT_API int lzrt_adopt_external(lzrt_runtime *rt, uint64_t ptr, size_t nbytes,
+                                 void (*release)(void *), void *context);
+/* Exports the buffer starting at `ptr` (a live one of this runtime) as a
+ * DLPack tensor on kDLCUDA (device id = the runtime's ordinal): data =
+ * ptr + byte_offset, byte_offset 0, the given shape/strides (in elements)
+ * and dtype (DLDataTypeCode, bits; lanes 1). `*out` is a DLManagedTensor,
+ * or a DLManagedTensorVersioned (DLPack 1.0, `flags` stored) when
+ * `versioned`; it holds a reference to the buffer and to the runtime, both
+ * dropped by its deleter.
+ * Streams: `consumer_stream` is the CUstream the consumer will read on
+ * (CU_STREAM_LEGACY = 1 and CU_STREAM_PER_THREAD = 2 included), or 0 if
+ * unknown. Known: it is made to wait for the runtime's pending work (an
+ * event, no host wait), and the deleter makes the runtime's stream wait for
+ * the consumer's work before the block can be reused. Unknown: the export
+ * synchronizes the runtime's stream, and the deleter waits for the whole
+ * context (the consumer may read on any stream). */
+LZRT_API int lzrt_dlpack_export(lzrt_runtime *rt, uint64_t ptr,
+                                uint64_t byte_offset, int ndim,
+                                const int64_t *shape, const int64_t *strides,
+                                uint8_t dtype_code, uint8_t dtype_bits,
+                                int versioned, uint64_t flags,
+                                uint64_t consumer_stream, void **out);
 
 /* Modules: cubin or PTX bytes (PTX is JIT-compiled by the driver). */
 LZRT_API int lzrt_module_load(lzrt_runtime *rt, const void *image,

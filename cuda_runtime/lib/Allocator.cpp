@@ -8,6 +8,8 @@
 
 #include "Allocator.h"
 
+#include <algorithm>
+
 namespace lzrt {
 
 namespace {
@@ -34,12 +36,66 @@ CachingAllocator::~CachingAllocator() {
   }
   for (auto &entry : live)
     api.cuMemFree(entry.first);
+  // External memory still referenced belongs to its producer: hand it back.
+  for (auto &entry : external)
+    runReleases(entry.second);
+}
+
+void CachingAllocator::runReleases(const External &owner) {
+  for (auto &release : owner.releases)
+    if (release.first)
+      release.first(release.second);
 }
 
 size_t CachingAllocator::requestedBytes(CUdeviceptr ptr) const {
   std::lock_guard<std::mutex> lock(mutex);
   auto it = requested.find(ptr);
-  return it == requested.end() ? 0 : it->second;
+  if (it != requested.end())
+    return it->second;
+  auto ext = external.find(ptr);
+  return ext == external.end() ? 0 : ext->second.nbytes;
+}
+
+bool CachingAllocator::isExternal(CUdeviceptr ptr) const {
+  std::lock_guard<std::mutex> lock(mutex);
+  return external.count(ptr) != 0;
+}
+
+void CachingAllocator::retain(CUdeviceptr ptr) {
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = refs.find(ptr);
+  if (it == refs.end())
+    throw Error("retain of a device pointer that is not the start of a live "
+                "buffer: " + std::to_string(ptr));
+  ++it->second;
+  ++counters.retained_refs;
+}
+
+void CachingAllocator::adoptExternal(CUdeviceptr ptr, size_t nbytes,
+                                     void (*release)(void *), void *context) {
+  std::unique_lock<std::mutex> lock(mutex);
+  if (ptr == 0)
+    throw Error("cannot adopt a null device pointer");
+  auto ext = external.find(ptr);
+  if (ext != external.end()) {
+    ext->second.nbytes = std::max(ext->second.nbytes, nbytes);
+    ext->second.releases.emplace_back(release, context);
+    ++refs[ptr];
+    ++counters.retained_refs;
+    return;
+  }
+  auto own = refs.find(ptr);
+  if (own != refs.end()) { // one of our blocks, come back: no foreign owner
+    ++own->second;
+    ++counters.retained_refs;
+    lock.unlock();
+    if (release)
+      release(context);
+    return;
+  }
+  external[ptr] = External{nbytes, {{release, context}}};
+  refs[ptr] = 1;
+  ++counters.external_buffers;
 }
 
 CUdeviceptr CachingAllocator::allocate(size_t nbytes) {
@@ -47,6 +103,7 @@ CUdeviceptr CachingAllocator::allocate(size_t nbytes) {
   {
     std::lock_guard<std::mutex> lock(mutex);
     requested[ptr] = nbytes;
+    refs[ptr] = 1;
   }
   // Emulator: every block handed out, fresh or reused, starts as 0xFF bytes.
   if (api.poisonAllocations)
@@ -86,7 +143,23 @@ CUdeviceptr CachingAllocator::take(size_t nbytes) {
 }
 
 void CachingAllocator::deallocate(CUdeviceptr ptr) {
-  std::lock_guard<std::mutex> lock(mutex);
+  std::unique_lock<std::mutex> lock(mutex);
+  auto ref = refs.find(ptr);
+  if (ref != refs.end() && ref->second > 1) {
+    --ref->second;
+    --counters.retained_refs;
+    return;
+  }
+  auto ext = external.find(ptr);
+  if (ext != external.end()) {
+    External owner = ext->second;
+    external.erase(ext);
+    refs.erase(ptr);
+    --counters.external_buffers;
+    lock.unlock(); // the callback is foreign code (it may re-enter the runtime)
+    runReleases(owner);
+    return;
+  }
   auto it = live.find(ptr);
   if (it == live.end())
     throw Error("free of a device pointer the allocator does not own: " +
@@ -94,6 +167,7 @@ void CachingAllocator::deallocate(CUdeviceptr ptr) {
   size_t size = it->second;
   live.erase(it);
   requested.erase(ptr);
+  refs.erase(ptr);
   freeLists[size].push_back(ptr);
   counters.bytes_in_use -= size;
   counters.bytes_cached += size;

@@ -7,6 +7,13 @@
 // runtime enqueue work on its single stream, so a block freed after enqueued
 // work may be handed out again at once: the stream orders the reuse.
 //
+// Blocks are reference counted: allocate() gives one reference, retain()
+// adds one (a DLPack export holds one until its consumer releases it), and
+// deallocate() drops one; the block goes back to the cache at zero. The
+// allocator also tracks external buffers (DLPack imports): memory it did not
+// allocate and never frees, whose owner's release callback runs when their
+// last reference is dropped.
+//
 //===----------------------------------------------------------------------===//
 
 #ifndef LAZYMLIR_CUDA_RUNTIME_ALLOCATOR_H
@@ -35,7 +42,21 @@ public:
   static size_t roundSize(size_t nbytes);
 
   CUdeviceptr allocate(size_t nbytes);
+  /// Drops one reference to a block or external buffer; at zero a block goes
+  /// back to the cache and an external buffer's release callback runs (after
+  /// the allocator's lock is released; exceptions from it are not caught).
   void deallocate(CUdeviceptr ptr);
+  /// Adds a reference to a live block or external buffer starting at `ptr`.
+  void retain(CUdeviceptr ptr);
+  /// Adds a reference to `nbytes` of memory at `ptr` owned by someone else;
+  /// `release(context)` runs when the last reference is dropped. A pointer
+  /// adopted twice (two imports of one producer buffer) keeps both callbacks.
+  /// If `ptr` is a live block of this allocator (a DLPack export imported
+  /// back), the block gains a reference and `release` runs at once: the
+  /// block's own reference count keeps it alive.
+  void adoptExternal(CUdeviceptr ptr, size_t nbytes, void (*release)(void *),
+                     void *context);
+  bool isExternal(CUdeviceptr ptr) const;
   /// Bytes requested for the live block starting at `ptr`; 0 if `ptr` is not
   /// the start of a block this allocator handed out.
   size_t requestedBytes(CUdeviceptr ptr) const;
@@ -52,6 +73,13 @@ private:
   std::unordered_map<CUdeviceptr, size_t> live;          // ptr -> class size
   std::unordered_map<CUdeviceptr, size_t> requested;     // ptr -> bytes asked
   std::map<size_t, std::vector<CUdeviceptr>> freeLists;  // class -> blocks
+  std::unordered_map<CUdeviceptr, size_t> refs;          // live ptr -> count
+  struct External {
+    size_t nbytes;
+    std::vector<std::pair<void (*)(void *), void *>> releases;
+  };
+  static void runReleases(const External &owner);
+  std::unordered_map<CUdeviceptr, External> external;    // adopted memory
   lzrt_allocator_stats counters{};
 };
 

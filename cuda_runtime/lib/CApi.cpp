@@ -7,10 +7,12 @@
 //===----------------------------------------------------------------------===//
 
 #include "Allocator.h"
+#include "DLPack.h"
 #include "Driver.h"
 #include "Plan.h"
 #include "lazymlir_runtime.h"
 
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -25,6 +27,9 @@ struct lzrt_runtime {
   CUstream stream = nullptr;
   std::unique_ptr<CachingAllocator> allocator;
   bool syncLaunches = false; // lzrt_runtime_set_sync
+  /// The creator's reference plus one per DLPack export not yet released by
+  /// its consumer: an exported buffer outlives lzrt_runtime_destroy.
+  std::atomic<long> refs{1};
 
   /// CUDA contexts are per-thread state; make ours current on the calling
   /// thread before touching the device (Python may call from any thread).
@@ -64,6 +69,65 @@ struct lzrt_event {
 namespace {
 
 thread_local std::string lastError;
+
+void releaseRuntime(lzrt_runtime *rt) {
+  if (rt && rt->refs.fetch_sub(1) == 1)
+    delete rt;
+}
+
+/// What a DLPack export owns: one reference to the buffer and one to the
+/// runtime, the shape/strides arrays the DLTensor points at, and the managed
+/// tensor itself (legacy or versioned).
+struct ExportContext {
+  lzrt_runtime *rt;
+  uint64_t ptr;
+  CUstream consumer; // the stream the consumer named; null if unknown
+  std::vector<int64_t> shape, strides;
+  dlpack::ManagedTensor legacy{};
+  dlpack::ManagedTensorVersioned versioned{};
+};
+
+/// Makes work enqueued on `to` from now on wait for the work enqueued on
+/// `from` so far (an event; the host does not wait). False if the driver
+/// refused (e.g. a stream that no longer exists).
+bool orderAfter(const DriverApi &api, CUstream from, CUstream to) {
+  CUevent event = nullptr;
+  if (api.cuEventCreate(&event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)
+    return false;
+  bool ok = api.cuEventRecord(event, from) == CUDA_SUCCESS &&
+            api.cuStreamWaitEvent(to, event, 0) == CUDA_SUCCESS;
+  api.cuEventDestroy(event); // the driver keeps it until the wait is done
+  return ok;
+}
+
+/// The deleter of every exported tensor (called by the consumer, on any
+/// thread, at most once). The consumer may still have kernels reading the
+/// buffer, while the allocator hands freed blocks out again at once for work
+/// on our stream: so our stream is ordered after the consumer's stream (the
+/// one it named when it asked for the tensor), or, when that is unknown or
+/// fails, the whole context (every stream) is waited for. Never throws.
+void releaseExport(ExportContext *ctx) noexcept {
+  lzrt_runtime *rt = ctx->rt;
+  try {
+    const DriverApi &api = rt->bind();
+    if (!ctx->consumer || !orderAfter(api, ctx->consumer, rt->stream))
+      check(api, api.cuCtxSynchronize(), "cuCtxSynchronize");
+    rt->allocator->deallocate(ctx->ptr);
+  } catch (...) {
+    // Nothing to report to: the consumer's deleter returns void. The block
+    // stays referenced (leaked) rather than reused while possibly in use.
+  }
+  delete ctx;
+  releaseRuntime(rt);
+}
+
+void deleteLegacy(dlpack::ManagedTensor *self) {
+  releaseExport(static_cast<ExportContext *>(self->manager_ctx));
+}
+
+void deleteVersioned(dlpack::ManagedTensorVersioned *self) {
+  releaseExport(static_cast<ExportContext *>(self->manager_ctx));
+}
 
 template <typename Fn> int guard(Fn &&fn) {
   try {
@@ -128,7 +192,15 @@ int lzrt_runtime_set_sync(lzrt_runtime *rt, int sync) {
 }
 
 int lzrt_runtime_destroy(lzrt_runtime *rt) {
-  return guard([&] { delete rt; });
+  return guard([&] { releaseRuntime(rt); });
+}
+
+int lzrt_stream_get(lzrt_runtime *rt, uint64_t *stream) {
+  return guard([&] {
+    require(rt, "runtime");
+    require(stream, "stream");
+    *stream = reinterpret_cast<uintptr_t>(rt->stream);
+  });
 }
 
 int lzrt_device_count(int *count) {
@@ -183,7 +255,94 @@ int lzrt_malloc(lzrt_runtime *rt, size_t nbytes, uint64_t *ptr) {
 int lzrt_free(lzrt_runtime *rt, uint64_t ptr) {
   return guard([&] {
     require(rt, "runtime");
+    // An external buffer goes back to its producer when this is its last
+    // reference: kernels of ours still reading it must be done by then.
+    if (rt->allocator->isExternal(ptr)) {
+      const DriverApi &api = rt->bind();
+      check(api, api.cuStreamSynchronize(rt->stream), "cuStreamSynchronize");
+    }
     rt->allocator->deallocate(ptr);
+  });
+}
+
+int lzrt_retain(lzrt_runtime *rt, uint64_t ptr) {
+  return guard([&] {
+    require(rt, "runtime");
+    rt->allocator->retain(ptr);
+  });
+}
+
+int lzrt_adopt_external(lzrt_runtime *rt, uint64_t ptr, size_t nbytes,
+                        void (*release)(void *), void *context) {
+  return guard([&] {
+    require(rt, "runtime");
+    rt->allocator->adoptExternal(ptr, nbytes, release, context);
+  });
+}
+
+int lzrt_dlpack_export(lzrt_runtime *rt, uint64_t ptr, uint64_t byte_offset,
+                       int ndim, const int64_t *shape, const int64_t *strides,
+                       uint8_t dtype_code, uint8_t dtype_bits, int versioned,
+                       uint64_t flags, uint64_t consumer_stream, void **out) {
+  return guard([&] {
+    require(rt, "runtime");
+    require(out, "out");
+    *out = nullptr;
+    if (ndim < 0 || (ndim > 0 && (!shape || !strides)))
+      throw Error("DLPack export needs ndim >= 0 and shape/strides arrays");
+    if (dtype_bits == 0 || dtype_bits % 8)
+      throw Error("DLPack export of a " + std::to_string(dtype_bits) +
+                  "-bit element type");
+    size_t have = rt->allocator->requestedBytes(ptr);
+    if (!have && !rt->allocator->isExternal(ptr))
+      throw Error("DLPack export of " + std::to_string(ptr) +
+                  ", which is not the start of a live buffer of this runtime");
+    // The last byte the view reaches must lie inside the buffer.
+    uint64_t last = 0;
+    bool empty = false;
+    for (int i = 0; i < ndim; ++i) {
+      if (shape[i] < 0 || strides[i] < 0)
+        throw Error("DLPack export with a negative size or stride");
+      empty |= shape[i] == 0;
+      last += uint64_t(shape[i] ? shape[i] - 1 : 0) * uint64_t(strides[i]);
+    }
+    uint64_t extent = empty ? 0 : (last + 1) * (dtype_bits / 8);
+    if (byte_offset + extent > have)
+      throw Error("DLPack export of " + std::to_string(extent) +
+                  " bytes at offset " + std::to_string(byte_offset) +
+                  " of a " + std::to_string(have) + "-byte buffer");
+    const DriverApi &api = rt->bind();
+    // The result must be complete before the consumer's work reads it: its
+    // stream waits for ours (no host wait), or, when the consumer named no
+    // stream, the host waits for ours.
+    CUstream consumer = reinterpret_cast<CUstream>(uintptr_t(consumer_stream));
+    if (!consumer || !orderAfter(api, rt->stream, consumer))
+      check(api, api.cuStreamSynchronize(rt->stream), "cuStreamSynchronize");
+    auto ctx = std::make_unique<ExportContext>();
+    ctx->rt = rt;
+    ctx->ptr = ptr;
+    ctx->consumer = consumer;
+    ctx->shape.assign(shape, shape + ndim);
+    ctx->strides.assign(strides, strides + ndim);
+    dlpack::Tensor tensor{};
+    // Like PyTorch's exporter: `data` points at the first element, offset 0.
+    tensor.data = reinterpret_cast<void *>(uintptr_t(ptr + byte_offset));
+    tensor.device = {dlpack::kDLCUDA, rt->ordinal};
+    tensor.ndim = ndim;
+    tensor.dtype = {dtype_code, dtype_bits, 1};
+    tensor.shape = ndim ? ctx->shape.data() : nullptr;
+    tensor.strides = ndim ? ctx->strides.data() : nullptr;
+    tensor.byte_offset = 0;
+    rt->allocator->retain(ptr);
+    rt->refs.fetch_add(1);
+    ExportContext *raw = ctx.release();
+    if (versioned) {
+      raw->versioned = {{1, 0}, raw, deleteVersioned, flags, tensor};
+      *out = &raw->versioned;
+    } else {
+      raw->legacy = {tensor, raw, deleteLegacy};
+      *out = &raw->legacy;
+    }
   });
 }
 

@@ -32,6 +32,7 @@ constexpr CUresult CUDA_SUCCESS = 0;
 constexpr CUresult CUDA_ERROR_INVALID_VALUE = 1;
 constexpr CUresult CUDA_ERROR_OUT_OF_MEMORY = 2;
 constexpr CUresult CUDA_ERROR_NOT_FOUND = 500;
+constexpr unsigned CU_EVENT_DISABLE_TIMING = 2;
 constexpr int CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16;
 constexpr int CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75;
 constexpr int CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76;
@@ -48,9 +49,11 @@ constexpr int CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76;
     (CUcontext *, CUdevice))                                                  \
   X(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", (CUdevice))    \
   X(cuCtxSetCurrent, "cuCtxSetCurrent", (CUcontext))                          \
+  X(cuCtxSynchronize, "cuCtxSynchronize", ())                                 \
   X(cuStreamCreate, "cuStreamCreate", (CUstream *, unsigned))                 \
   X(cuStreamDestroy, "cuStreamDestroy_v2", (CUstream))                        \
   X(cuStreamSynchronize, "cuStreamSynchronize", (CUstream))                   \
+  X(cuStreamWaitEvent, "cuStreamWaitEvent", (CUstream, CUevent, unsigned))    \
   X(cuMemAlloc, "cuMemAlloc_v2", (CUdeviceptr *, size_t))                     \
   X(cuMemFree, "cuMemFree_v2", (CUdeviceptr))                                 \
   X(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2",                                \

@@ -259,6 +259,12 @@ CUresult fakeCtxSetCurrent(CUcontext) {
   return CUDA_SUCCESS;
 }
 
+// Every fake stream is synchronous: waiting for the context waits for nothing.
+CUresult fakeCtxSynchronize() {
+  FAKE_ENTER("cuCtxSynchronize");
+  return CUDA_SUCCESS;
+}
+
 CUresult fakeStreamCreate(CUstream *stream, unsigned) {
   FAKE_ENTER("cuStreamCreate");
   *stream = reinterpret_cast<CUstream>(new char);
@@ -418,6 +424,15 @@ CUresult fakeEventRecord(CUevent event, CUstream) {
   return CUDA_SUCCESS;
 }
 
+// Streams are synchronous here: waiting for a recorded event is a no-op, but the
+// event must exist (counted, so tests can see that an order was set up).
+CUresult fakeStreamWaitEvent(CUstream, CUevent event, unsigned) {
+  FAKE_ENTER("cuStreamWaitEvent");
+  return s.events.count(reinterpret_cast<FakeEvent *>(event))
+             ? CUDA_SUCCESS
+             : CUDA_ERROR_INVALID_VALUE;
+}
+
 CUresult fakeEventSynchronize(CUevent event) {
   FAKE_ENTER("cuEventSynchronize");
   return s.events.count(reinterpret_cast<FakeEvent *>(event)) ? CUDA_SUCCESS
@@ -470,6 +485,7 @@ const DriverApi &fakeDriver() {
     a.cuDevicePrimaryCtxRetain = fakePrimaryCtxRetain;
     a.cuDevicePrimaryCtxRelease = fakePrimaryCtxRelease;
     a.cuCtxSetCurrent = fakeCtxSetCurrent;
+    a.cuCtxSynchronize = fakeCtxSynchronize;
     a.cuStreamCreate = fakeStreamCreate;
     a.cuStreamDestroy = fakeStreamDestroy;
     a.cuStreamSynchronize = fakeStreamSynchronize;
@@ -485,6 +501,7 @@ const DriverApi &fakeDriver() {
     a.cuLaunchKernel = fakeLaunchKernel;
     a.cuEventCreate = fakeEventCreate;
     a.cuEventRecord = fakeEventRecord;
+    a.cuStreamWaitEvent = fakeStreamWaitEvent;
     a.cuEventSynchronize = fakeEventSynchronize;
     a.cuEventElapsedTime = fakeEventElapsedTime;
     a.cuEventDestroy = fakeEventDestroy;

@@ -55,10 +55,28 @@ class Target(ABC):
         """`cpu` as an input buffer for one run (torch.compile path); may share its memory."""
         return self.upload(cpu)
 
-    def give_back(self, data, meta) -> torch.Tensor:
-        """An output buffer of a run as a CPU tensor (torch.compile path)."""
+    def give_back(self, data, meta, device: torch.device | None = None) -> torch.Tensor:
+        """An output buffer of a run as a CPU tensor (torch.compile path); targets that
+        can hand it out on `device` in place (cuda: a torch.cuda tensor) do so."""
         shape, dtype = meta
         return self.download(data, torch.empty(shape, dtype=dtype, device="meta"))
+
+    def export_dlpack(self, data, meta: torch.Tensor, *, versioned: bool = False,
+                      stream: int | None = -1):
+        """A DLPack capsule over `data` (a materialized value shaped like `meta`), no copy;
+        "dltensor_versioned" (DLPack 1.0, read-only flag set) when `versioned`. `stream`
+        is the protocol's argument: the consumer's stream, -1 if it names none."""
+        raise NotImplementedError(f"the {self.name} target has no DLPack export")
+
+    def import_dlpack(self, source) -> tuple[object, tuple[int, ...], torch.dtype]:
+        """(data, shape, dtype) of a DLPack tensor (an object with `__dlpack__` or a
+        capsule) as a value of this target: the producer's memory where the target can
+        use it in place, else a copy."""
+        raise NotImplementedError(f"the {self.name} target has no DLPack import")
+
+    def dlpack_device(self) -> tuple[int, int]:
+        """(DLDeviceType, device id) of this target's values."""
+        raise NotImplementedError(f"the {self.name} target has no DLPack device")
 
     @abstractmethod
     def load(self, artifact: Path, output_metas: OutputMetas) -> Executable:

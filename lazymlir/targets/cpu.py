@@ -20,6 +20,7 @@ import torch
 
 from .. import session
 from . import cpu_alloc
+from . import dlpack_abi
 from .base import Executable, OutputMetas, Target
 
 SO_NAME = "executable.so"
@@ -138,8 +139,27 @@ class CpuTarget(Target):
         # Compiled graphs never write their inputs: no copy needed.
         return cpu.detach().contiguous()
 
-    def give_back(self, data: torch.Tensor, meta) -> torch.Tensor:
+    def give_back(self, data: torch.Tensor, meta, device=None) -> torch.Tensor:
         return data  # a fresh tensor the executable wrote
+
+    def dlpack_device(self) -> tuple[int, int]:
+        return (dlpack_abi.KDLCPU, 0)
+
+    def export_dlpack(self, data: torch.Tensor, meta, *, versioned: bool = False, stream=-1):
+        # Values are dense CPU tensors: PyTorch's own exporter shares their memory.
+        return data.__dlpack__(max_version=(1, 0) if versioned else None)
+
+    def import_dlpack(self, source):
+        """kDLCPU memory is used in place when it is compact row-major (else copied
+        into a dense tensor); other devices need their target."""
+        device = dlpack_abi.source_device(source)
+        if device[0] != dlpack_abi.KDLCPU:
+            raise ValueError(
+                f"a DLPack tensor on {dlpack_abi.device_name(device)} cannot be used by the "
+                f"cpu target (LAZYMLIR_TARGET=cpu takes kDLCPU tensors; kDLCUDA needs "
+                f"LAZYMLIR_TARGET=cuda)")
+        tensor = torch.from_dlpack(source).contiguous()
+        return tensor, tuple(tensor.shape), tensor.dtype
 
     def load(self, artifact: Path, output_metas: OutputMetas) -> CpuExecutable:
         return CpuExecutable(Path(artifact) / SO_NAME, output_metas)

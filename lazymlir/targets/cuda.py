@@ -11,6 +11,11 @@ The driver (LAZYMLIR_CUDA_DRIVER) is `real` (libcuda.so.1), `emulator` (every ke
 runs on the CPU, fresh allocations are NaN-poisoned: docs/cuda_runtime.md) or `fake`
 (host memory, launches recorded, no kernel runs: results are meaningless; for the
 runtime's own bookkeeping).
+
+DLPack (export_dlpack/import_dlpack; user API in lazymlir/dlpack.py): values are
+handed out as kDLCUDA tensors over the runtime's own buffers and foreign kDLCUDA
+memory is used in place, both without a copy; docs/cuda_runtime.md has the lifetime
+and stream rules.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from . import dlpack_abi
 from .base import Executable, OutputMetas, Target
 from .cuda_driver import CudaRuntime, LaunchPlan, emulator
 
@@ -104,7 +110,9 @@ class CudaTarget(Target):
                  chip: str = "sm_90", driver: str = "real", emulator_verify: bool = False):
         self.runtime = rt or runtime(runtime_lib, driver)
         self.chip = chip
-        self.driver = "emulator" if self.runtime.device_info()["emulator"] else driver
+        info = self.runtime.device_info()
+        self.driver = "emulator" if info["emulator"] else driver
+        self.ordinal = info["ordinal"]
         if self.driver == "emulator":
             self.kernel_images = "emulator-verify" if emulator_verify else "emulator"
 
@@ -133,6 +141,79 @@ class CudaTarget(Target):
         if out.numel():
             self.runtime.copy_out(data, out)
         return out
+
+    def borrow(self, tensor: torch.Tensor):
+        """A torch.cuda tensor is used in place (DLPack, made contiguous by torch on its
+        device if it is not); a CPU tensor is uploaded."""
+        if tensor.device.type == "cuda":
+            return self.import_dlpack(tensor.detach().contiguous())[0]
+        return self.upload(tensor)
+
+    def give_back(self, data, meta, device: torch.device | None = None) -> torch.Tensor:
+        """An output buffer as a CPU tensor, or as a torch.cuda tensor over the same
+        device memory when `device` is a CUDA device (DLPack, no copy: the tensor
+        holds a reference to the buffer, returned to the allocator when torch frees it)."""
+        if device is None or torch.device(device).type != "cuda":
+            return super().give_back(data, meta)
+        shape, dtype = meta
+        # torch reads it on its current stream (the protocol's 1: the legacy default).
+        stream = torch.cuda.current_stream(device).cuda_stream or 1
+        # Legacy capsule: the output is the consumer's alone, so it is writable.
+        capsule = self.export_dlpack(data, torch.empty(shape, dtype=dtype, device="meta"),
+                                     stream=stream)
+        return torch.from_dlpack(capsule)
+
+    def dlpack_device(self) -> tuple[int, int]:
+        return (dlpack_abi.KDLCUDA, self.ordinal)
+
+    def export_dlpack(self, data, meta: torch.Tensor, *, versioned: bool = False,
+                      stream: int | None = -1):
+        code, bits = dlpack_abi.dtype_code(meta.dtype)
+        managed = self.runtime.dlpack_export(
+            data, list(meta.shape), list(meta.stride()), code, bits, versioned=versioned,
+            flags=dlpack_abi.FLAG_READ_ONLY if versioned else 0,
+            consumer_stream=dlpack_abi.cuda_stream(stream))
+        return dlpack_abi.make_capsule(managed, versioned)
+
+    def _check_device(self, device: tuple[int, int]) -> None:
+        if device[0] != dlpack_abi.KDLCUDA:
+            raise ValueError(f"a DLPack tensor on {dlpack_abi.device_name(device)} cannot be "
+                             f"used in place by the cuda target (it takes kDLCUDA tensors, "
+                             f"and copies kDLCPU ones)")
+        if device[1] != self.ordinal:
+            raise ValueError(f"a DLPack tensor on {dlpack_abi.device_name(device)} cannot be "
+                             f"used by the cuda target, whose runtime is on CUDA device "
+                             f"{self.ordinal}: move it to cuda:{self.ordinal} first")
+
+    def import_dlpack(self, source):
+        """kDLCUDA memory of this runtime's device is used in place: the runtime wraps
+        the pointer (never freed by our allocator) and the producer's deleter runs once,
+        when the last lazy value using it is dropped. The producer is asked to order its
+        pending work before this runtime's stream (`__dlpack__(stream=our stream)`).
+        kDLCPU tensors are copied (uploaded). Non-contiguous kDLCUDA tensors are refused
+        (make them contiguous on the producer's side)."""
+        device = dlpack_abi.source_device(source)
+        if device[0] == dlpack_abi.KDLCPU:
+            cpu = torch.from_dlpack(source)
+            return self.upload(cpu), tuple(cpu.shape), cpu.dtype
+        self._check_device(device)
+        tensor = dlpack_abi.consume(dlpack_abi.capsule_of(source, self.runtime.stream()))
+        try:  # until the runtime adopts it, the tensor is ours to release
+            self._check_device(tensor.device)
+            if not tensor.is_compact():
+                raise ValueError(
+                    f"a DLPack tensor with strides {tensor.strides} for shape "
+                    f"{tensor.shape} cannot be used in place (lazy values are dense, "
+                    f"row-major): make it contiguous on the producer's side first")
+            if tensor.nbytes == 0:
+                tensor.release()
+                return self.runtime.alloc(1), tensor.shape, tensor.dtype
+        except BaseException:
+            tensor.release()
+            raise
+        buf = self.runtime.adopt_external(tensor.data, tensor.nbytes, tensor.deleter,
+                                          tensor.managed)
+        return buf, tensor.shape, tensor.dtype
 
     def load(self, artifact: Path, output_metas: OutputMetas) -> CudaExecutable:
         return CudaExecutable.load(artifact, output_metas, self.runtime)

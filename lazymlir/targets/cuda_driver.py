@@ -39,7 +39,8 @@ class DeviceInfo(ctypes.Structure):
 class AllocatorStats(ctypes.Structure):
     _fields_ = [(n, _u64) for n in ("bytes_in_use", "bytes_cached", "driver_allocs",
                                      "driver_frees", "cache_hits", "cache_misses",
-                                     "oom_retries")]
+                                     "oom_retries", "retained_refs",
+                                     "external_buffers")]
 
     def as_dict(self) -> dict:
         return {name: getattr(self, name) for name, _ in self._fields_}
@@ -88,6 +89,11 @@ def _declare(lib: ctypes.CDLL) -> None:
         "lzrt_plan_parse": [ctypes.c_char_p, P(_vp)], "lzrt_plan_destroy": [_vp],
         "lzrt_plan_info_get": [_vp, P(PlanInfo)],
         "lzrt_plan_run": [_vp, _vp, P(_vp), ctypes.c_size_t, P(_u64), ctypes.c_size_t],
+        "lzrt_stream_get": [_vp, P(_u64)], "lzrt_retain": [_vp, _u64],
+        "lzrt_adopt_external": [_vp, _u64, ctypes.c_size_t, _vp, _vp],
+        "lzrt_dlpack_export": [_vp, _u64, _u64, ctypes.c_int, P(ctypes.c_int64),
+                               P(ctypes.c_int64), ctypes.c_uint8, ctypes.c_uint8,
+                               ctypes.c_int, _u64, _u64, P(_vp)],
         "lzrt_event_create": [_vp, P(_vp)], "lzrt_event_record": [_vp],
         "lzrt_event_elapsed_ms": [_vp, _vp, P(ctypes.c_float)], "lzrt_event_destroy": [_vp],
         "lzrt_fake_reset": [], "lzrt_fake_fail_call": [ctypes.c_char_p, ctypes.c_int,
@@ -241,6 +247,37 @@ class CudaRuntime:
 
     def empty_cache(self) -> None:
         _check(self._lib.lzrt_empty_cache(self.handle))
+
+    def stream(self) -> int:
+        """The runtime's CUstream handle (all its work runs in order on it)."""
+        out = _u64()
+        _check(self._lib.lzrt_stream_get(self.handle, ctypes.byref(out)))
+        return out.value
+
+    def adopt_external(self, ptr: int, nbytes: int, release: int, context: int) -> DeviceBuffer:
+        """Device memory owned by someone else as a DeviceBuffer (DLPack import): plans
+        may use it, the allocator never frees it, and the C function `release(context)`
+        runs once when the last reference is dropped (after this runtime's stream is
+        synchronized)."""
+        _check(self._lib.lzrt_adopt_external(self.handle, ptr, nbytes, release, context))
+        return DeviceBuffer(self, ptr, nbytes)
+
+    def dlpack_export(self, buf: DeviceBuffer, shape, strides, dtype_code: int, dtype_bits: int,
+                      byte_offset: int = 0, versioned: bool = False, flags: int = 0,
+                      consumer_stream: int = 0) -> int:
+        """Address of a new DLManagedTensor(Versioned) on kDLCUDA viewing `buf` (see
+        lzrt_dlpack_export): it holds its own reference to the buffer, dropped by its
+        deleter, so it outlives `buf`. `consumer_stream`: the CUstream the consumer reads
+        on (ordered by events), or 0: unknown (the stream is synchronized, and the
+        deleter waits for the context)."""
+        n = len(shape)
+        shp = (ctypes.c_int64 * max(n, 1))(*shape)
+        std = (ctypes.c_int64 * max(n, 1))(*strides)
+        out = _vp()
+        _check(self._lib.lzrt_dlpack_export(self.handle, buf.ptr, byte_offset, n, shp, std,
+                                            dtype_code, dtype_bits, int(versioned), flags,
+                                            consumer_stream, ctypes.byref(out)))
+        return out.value
 
     def load_module(self, image: bytes | str) -> Module:
         """Loads a cubin or PTX (str or bytes); the driver JIT-compiles PTX."""

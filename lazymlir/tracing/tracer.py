@@ -388,6 +388,14 @@ def constant(cpu: torch.Tensor) -> LazyTensor:
                                 data=targets.active().upload(cpu)))
 
 
+def adopt(data, shape, dtype: torch.dtype, what: str) -> LazyTensor:
+    """A materialized lazy value over target data made outside the trace (a DLPack
+    import): no copy."""
+    _state.impure += 1
+    device_rules.check_supported(dtype, torch.strided, what)
+    return LazyTensor(LazyValue(meta_like(shape, dtype), data=data))
+
+
 def _to_host(x):
     if isinstance(x, LazyTensor):
         _state.impure += 1
