@@ -9,14 +9,26 @@ LAZYMLIR_CUDA_DRIVER. scripts/test.sh runs them a second time with
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import pytest
 import torch
 
-import lazymlir
+# The suite never reads or writes the user's persistent compile cache: this run gets a
+# fresh private one, for the tests in this process (LAZYMLIR_CACHE_DIR, set before
+# lazymlir reads its settings) and for every child process, including those that drop
+# the LAZYMLIR_* variables (XDG_CACHE_HOME: where the default location resolves).
+PRIVATE_CACHES = tempfile.mkdtemp(prefix="lazymlir-tests-")
+os.environ["XDG_CACHE_HOME"] = os.path.join(PRIVATE_CACHES, "xdg")
+os.environ["LAZYMLIR_CACHE_DIR"] = os.path.join(PRIVATE_CACHES, "cache")
+
+import lazymlir  # noqa: E402
+
+lazymlir.config.reload()  # in case a plugin imported lazymlir before the lines above
 
 DEVICE = "lazy_mlir"
 
@@ -26,6 +38,10 @@ def _reset_metrics():
     """Every test starts with zeroed counters."""
     lazymlir.metrics.reset()
     yield
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(PRIVATE_CACHES, ignore_errors=True)
 
 
 def pytest_report_header(config):
