@@ -18,13 +18,15 @@ import textwrap
 import pytest
 import torch
 
-# The suite never reads or writes the user's persistent compile cache: this run gets a
-# fresh private one, for the tests in this process (LAZYMLIR_CACHE_DIR, set before
-# lazymlir reads its settings) and for every child process, including those that drop
-# the LAZYMLIR_* variables (XDG_CACHE_HOME: where the default location resolves).
+# The suite never reads or writes the user's persistent compile cache. Tests in this
+# process (and children that inherit its environment) run with it off: every graph a
+# test builds really compiles, also after `session.reset()`; the disk cache's own tests
+# (test_disk_cache.py, test_cache_robustness.py) name their folders. Children that drop
+# the LAZYMLIR_* variables get the default location, which XDG_CACHE_HOME points into a
+# private folder of this run.
 PRIVATE_CACHES = tempfile.mkdtemp(prefix="lazymlir-tests-")
 os.environ["XDG_CACHE_HOME"] = os.path.join(PRIVATE_CACHES, "xdg")
-os.environ["LAZYMLIR_CACHE_DIR"] = os.path.join(PRIVATE_CACHES, "cache")
+os.environ["LAZYMLIR_CACHE_DIR"] = "off"
 
 import lazymlir  # noqa: E402
 
