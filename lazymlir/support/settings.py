@@ -71,16 +71,21 @@ _CHOICES = {"target": _TARGETS, "log_level": _LOG_LEVELS, "fallback": _FALLBACK,
 CACHE_OFF = "off"  # LAZYMLIR_CACHE_DIR=off: no disk cache (a folder named off: ./off)
 
 
-def default_cache_dir() -> str:
+def default_cache_dir() -> str | None:
     """`$XDG_CACHE_HOME/lazymlir`, or `~/.cache/lazymlir` (the XDG base directory rule:
-    a relative XDG_CACHE_HOME is ignored)."""
+    a relative XDG_CACHE_HOME is ignored); None if there is no home folder either."""
     xdg = os.environ.get("XDG_CACHE_HOME", "")
-    base = xdg if os.path.isabs(xdg) else os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "lazymlir")
+    if os.path.isabs(xdg):
+        return os.path.join(xdg, "lazymlir")
+    home = os.path.expanduser("~")
+    if not os.path.isabs(home):  # no HOME and no passwd entry: not a folder under cwd
+        return None
+    return os.path.join(home, ".cache", "lazymlir")
 
 
 def cache_dir_from(raw: str | None) -> str | None:
-    """LAZYMLIR_CACHE_DIR's value -> the cache folder, or None for `off`."""
+    """LAZYMLIR_CACHE_DIR's value -> the cache folder, or None for `off` (or for the
+    default location when the user has no home folder)."""
     if raw is None or raw.strip() == "":
         return default_cache_dir()
     if raw.strip().lower() == CACHE_OFF:
