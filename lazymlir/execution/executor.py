@@ -182,19 +182,24 @@ def _compile(current, target, text: str, key: str) -> Path:
 
 def _verdict(current, target, graph: dict) -> str | None:
     """Why this (one-op) graph does not lower for `target`, or None; cached in memory and
-    next to the disk cache, since the answer depends only on the op signature."""
+    in the disk cache (not a compiler crash: that may be transient), since the answer
+    depends only on the op signature and the compiler version."""
     key = fx_graph.structural_hash(graph, target.name)
     if (target.name, key) in current.verdicts:
         return current.verdicts[(target.name, key)]
     disk = _disk(current)
     found, verdict = disk.verdict(key) if disk is not None else (False, None)
     if not found:
+        lasting = True
         try:
             verdict = _worker_request(current, "probe", {
                 "fx_text": fx_graph.dumps(graph), "options": _options(current, target, None)})
         except CompileError as crash:  # the compiler crashed on this op: it does not lower
             verdict = str(crash)
-        if disk is not None:
+            # ...in this process: a crash may be a timeout or a kill under memory
+            # pressure, which must not make the op fall back in every later process.
+            lasting = False
+        if disk is not None and lasting:
             disk.store_verdict(key, verdict)
     current.verdicts[(target.name, key)] = verdict
     return verdict

@@ -375,3 +375,33 @@ def test_reproducers_go_to_one_capped_folder(monkeypatch, tmp_path):
     assert Path(paths[-1]).read_text() == "text 4"
     explicit = lowering_errors.save_repro("fx", "graph", "fx.json", str(tmp_path / "mine"))
     assert Path(explicit).parent == tmp_path / "mine"
+
+
+# ------------------------------------------------------------- probe verdicts
+
+
+def test_probe_verdicts_persist_but_crashes_do_not(fresh_disk_session, monkeypatch):
+    from lazymlir.support.errors import CompilerCrashError
+    from lazymlir.tracing.graph import build_graph
+
+    x = torch.ones(3).to(DEVICE)
+    inner = [torch._from_functional_tensor(t)._lazy for t in (x.sin(), x.cos())]
+    graph = build_graph(inner)[0]
+    sin, cos = (executor.single_node_graph(graph, i) for i in range(2))
+    probes = []
+
+    def fake_probe(current, kind, payload):
+        probes.append(kind)
+        if '"aten.cos.default"' in payload["fx_text"]:
+            raise CompilerCrashError("killed by SIGKILL", stage="linalg", target="cpu")
+        return "stage 'linalg': does not lower"
+
+    monkeypatch.setattr(executor, "_worker_request", fake_probe)
+    for _ in range(2):  # two processes' sessions
+        current = fresh_disk_session()
+        target = lazymlir.targets.active()
+        assert executor._verdict(current, target, sin) == "stage 'linalg': does not lower"
+        assert "SIGKILL" in executor._verdict(current, target, cos)
+        assert executor._verdict(current, target, cos) is not None  # in memory now
+    # sin probed once (then read from disk); the crash probed again in the next session
+    assert probes == ["probe", "probe", "probe"], probes
