@@ -166,6 +166,9 @@ class DiskCache:
                             "entry); compiling instead", entry)
                 return None
         except OSError:
+            if entry.is_dir():  # a folder without its graph: never complete, in the way
+                log.warning("cache entry %s has no %s; removing it", entry, GRAPH_FILE)
+                _remove(entry)
             return None  # no such entry (the common miss)
         if not is_complete(entry):
             log.warning("cache entry %s is incomplete or damaged (a file is missing, truncated "

@@ -273,6 +273,8 @@ def test_interrupted_write_is_never_used_and_is_pruned(tmp_path):
     staging.mkdir()
     (staging / "a").write_text("x")
     assert cache.load(entry, "graph", _complete) is None
+    entry.mkdir()  # a folder without its graph file (not made by save): in the way
+    assert cache.load(entry, "graph", _complete) is None and not entry.exists()
     old = time.time() - disk_cache.STALE_STAGING_S - 10
     os.utime(staging, (old, old))
     cache.prune()
