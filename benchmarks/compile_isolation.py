@@ -56,7 +56,9 @@ _CHILD = textwrap.dedent("""
 
 def _measure(worker: bool) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAZYMLIR_")}
-    env.update(LAZYMLIR_TARGET="cpu", LAZYMLIR_COMPILE_WORKER="1" if worker else "0")
+    # No disk cache: every graph of every run compiles (it is on by default).
+    env.update(LAZYMLIR_TARGET="cpu", LAZYMLIR_COMPILE_WORKER="1" if worker else "0",
+               LAZYMLIR_CACHE_DIR="off")
     done = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True,
                           text=True, timeout=900)
     if done.returncode != 0:

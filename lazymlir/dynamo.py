@@ -5,7 +5,7 @@ per-op tracing. AOTAutograd functionalizes the captured forward and backward
 (input mutations, views, aliased inputs as synthetic bases) and decomposes with
 the table torch-mlir's FX path uses; each resulting graph is written in the
 fx-stage form (lowering/fx_graph.py) and handed to the same executor as the
-lazy device: graph cache (memory and LAZYMLIR_CACHE_DIR), compile worker, dumps
+lazy device: graph cache (memory and the persistent disk cache), compile worker, dumps
 (LAZYMLIR_DUMP_DIR), metrics, and split-around-unsupported-ops fallback
 (counted; an error with LAZYMLIR_FALLBACK=error).
 

@@ -37,8 +37,13 @@ def report() -> str:
     lines = [current.metrics.report()]
     cache = current.graph_cache
     capacity = current.settings.graph_cache_size
+    disk = current.settings.cache_dir or "off"
+    opened = current.disk_cache  # (folder, cache or None if it could not be written)
+    if opened is not None and opened[0] == current.settings.cache_dir and opened[1] is None \
+            and opened[0] is not None:
+        disk += " (not writable: off)"
     lines.append(f"Graph cache: {len(cache) if cache is not None else 0} of {capacity} "
-                 f"plans in memory; disk cache: {current.settings.cache_dir or 'off'}")
+                 f"plans in memory; disk cache: {disk}")
     lines.append(f"Device memory: {_device_memory(current.target)}")
     return "\n".join(lines)
 

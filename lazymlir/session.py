@@ -1,6 +1,6 @@
 """The session: one owner for the state that lives as long as the process.
 
-Settings, metrics, the active target, the graph cache, probe verdicts (keyed
+Settings, metrics, the active target, the graph caches (memory, disk), probe verdicts (keyed
 by target), the fallback warnings already given and the compile worker all
 hang off one `Session`; the live lazy tensors are tracked per session by
 tracing/values.py (a list of weak references, cheaper on the hot path than a
@@ -30,6 +30,7 @@ class Session:
         self.metrics = Metrics()
         self.target: Any = None               # targets.Target, resolved on first use
         self.graph_cache: Any = None          # execution.graph_cache.GraphCache
+        self.disk_cache: Any = None           # (cache folder, execution.disk_cache.DiskCache)
         self.worker: Any = None               # execution.worker.CompileWorker
         self.diagnostics: Any = None          # execution.diagnostics.Diagnostics
         self.verdicts: dict[tuple, str | None] = {}  # (target, op signature) -> why not / None

@@ -54,17 +54,47 @@ def failing_op(diagnostics: str) -> str | None:
     return None
 
 
-def save_repro(stage: str, text: str, ext: str, directory: str | None = None) -> str:
-    """Write the input of a failing stage into `directory` (default: TMPDIR); returns the path.
+MAX_REPROS = 100  # reproducers kept in the default folder (the oldest go first)
 
-    An unwritable `directory` falls back to TMPDIR: the reproducer must not
-    replace the error it belongs to.
+
+def default_repro_dir() -> Path:
+    """Where reproducers go without LAZYMLIR_REPRO_DIR: one folder per user in TMPDIR."""
+    return Path(tempfile.gettempdir()) / f"lazymlir-repros-{os.getuid()}"
+
+
+def _keep_newest(folder: Path, count: int) -> None:
+    """Remove all but the `count` newest reproducers: failing compiles that fallback
+    absorbs write one each, and nothing else would ever clean them up."""
+    try:
+        files = [(entry.stat().st_mtime_ns, entry.path) for entry in os.scandir(folder)
+                 if entry.name.startswith("lazymlir-repro-")]
+    except OSError:
+        return
+    for _, path in sorted(files)[:-count]:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass  # another process removed it first
+
+
+def save_repro(stage: str, text: str, ext: str, directory: str | None = None) -> str:
+    """Write the input of a failing stage into `directory` (default: default_repro_dir(),
+    which keeps the newest MAX_REPROS files); returns the path.
+
+    An unwritable `directory` falls back to the default folder, then TMPDIR itself:
+    the reproducer must not replace the error it belongs to.
     """
     name = f"lazymlir-repro-{stage}-{os.getpid()}-{time.time_ns()}.{ext}"
-    for base in ([Path(directory)] if directory else []) + [Path(tempfile.gettempdir())]:
+    default = default_repro_dir()
+    for base in ([Path(directory)] if directory else []) + [default,
+                                                            Path(tempfile.gettempdir())]:
         try:
-            base.mkdir(parents=True, exist_ok=True)
+            base.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if base == default and base.stat().st_uid != os.getuid():
+                continue  # someone else's folder: not a place for this user's programs
             (base / name).write_text(text)
+            if base == default:
+                _keep_newest(base, MAX_REPROS)
             return str(base / name)
         except OSError:
             continue

@@ -24,7 +24,7 @@ from ..support.errors import CompileError
 class CompileOptions:
     target: str
     chip: str = "sm_90"
-    repro_dir: str | None = None      # where a failing stage's input is written (TMPDIR)
+    repro_dir: str | None = None      # where a failing stage's input is written
     dump_dir: str | None = None       # write <dump_dir>/<NN>-<stage>.<ext> + manifest.json
     sync_location: str = "<unknown>"  # the user's line that caused this compile (manifest)
     # "native", or "emulator"/"emulator-verify": the artifact holds CPU builds of the
@@ -124,7 +124,7 @@ def probe(fx_text: str, options: CompileOptions, on_start=None) -> str | None:
                           stop=stages.PROBE_STOP[options.target],
                           on_start=on_start)
     except LoweringError as error:
-        if error.repro_file:  # a probe's failure is expected: keep TMPDIR clean
+        if error.repro_file:  # a probe's failure is expected: do not keep it
             Path(error.repro_file).unlink(missing_ok=True)
         return f"stage '{error.stage}': {error.detail}"
     return None

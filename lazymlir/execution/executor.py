@@ -29,7 +29,7 @@ import torch
 from .. import session, targets
 from ..lowering import checks, fx_graph
 from ..support.errors import CompileError
-from . import diagnostics, fallback, graph_cache
+from . import diagnostics, disk_cache, fallback, graph_cache
 from .compiler import CompileOptions, compile_graph, probe
 from .worker import CompileWorker
 
@@ -55,6 +55,21 @@ def _cache(current) -> graph_cache.GraphCache:
     if current.graph_cache is None:
         current.graph_cache = graph_cache.GraphCache(current.settings.graph_cache_size)
     return current.graph_cache
+
+
+def _disk(current) -> disk_cache.DiskCache | None:
+    """The session's disk cache (None: off, or its folder cannot be written: warned once);
+    reopened when `settings().cache_dir` changes."""
+    base = current.settings.cache_dir
+    if current.disk_cache is None or current.disk_cache[0] != base:
+        cache = disk_cache.DiskCache.open(base, current.settings.cache_max_mb << 20) \
+            if base else None
+        current.disk_cache = (base, cache)
+    return current.disk_cache[1]
+
+
+def _dumping(current) -> bool:
+    return bool(current.dump_dirs or current.settings.dump_dir)
 
 
 def _plan(current, target, graph: dict, key: str):
@@ -87,8 +102,12 @@ def _make_plan(current, target, graph: dict, key: str):
         graph = checked.graph
     flags = checked.checks if checked is not None else 0
     text = fx_graph.dumps(graph)
-    entry = graph_cache.disk_entry(current.settings.cache_dir, key, target.fingerprint())
-    artifact = graph_cache.load_artifact(entry, text, target.is_complete)
+    disk = _disk(current)
+    entry = disk.entry(key, target.fingerprint()) if disk is not None else None
+    # Dumps are of compiles: while dumping, every graph compiles (and is stored) even if
+    # the disk cache holds it, or a warm cache would leave the dump folder empty.
+    artifact = disk.load(entry, text, target.is_complete) \
+        if disk is not None and not _dumping(current) else None
     if artifact is not None:
         try:
             plan = Compiled(target.load(artifact, fx_graph.output_metas(graph)), original, flags)
@@ -105,7 +124,8 @@ def _make_plan(current, target, graph: dict, key: str):
         if not fallback.allowed():
             raise
         return _partition(current, target, original, error)
-    graph_cache.save_artifact(entry, artifact, text)
+    if disk is not None:
+        disk.save(entry, artifact, text)
     return Compiled(target.load(artifact, fx_graph.output_metas(graph)), original, flags)
 
 
@@ -129,10 +149,15 @@ def _worker(current) -> CompileWorker:
 
 def prestart_worker() -> None:
     """Start the compile worker ahead of the first compile (called when the device is
-    first used), unless compiles are in-process or a disk cache will likely serve them."""
+    first used: it imports the compiler while the user traces), unless compiles are
+    in-process or the disk cache holds entries of this compiler version: a warm cache
+    likely serves every graph, and a process that compiles nothing should not pay for
+    a worker (it starts at the first miss instead)."""
     current = session.current()
-    if current.worker is None and current.settings.compile_worker \
-            and not current.settings.cache_dir:
+    if current.worker is not None or not current.settings.compile_worker:
+        return
+    disk = _disk(current)
+    if disk is None or not disk.has_entries():
         _worker(current).start()
 
 
@@ -157,26 +182,25 @@ def _compile(current, target, text: str, key: str) -> Path:
 
 def _verdict(current, target, graph: dict) -> str | None:
     """Why this (one-op) graph does not lower for `target`, or None; cached in memory and
-    next to the disk cache, since the answer depends only on the op signature."""
+    in the disk cache (not a compiler crash: that may be transient), since the answer
+    depends only on the op signature and the compiler version."""
     key = fx_graph.structural_hash(graph, target.name)
     if (target.name, key) in current.verdicts:
         return current.verdicts[(target.name, key)]
-    root = graph_cache.cache_root(current.settings.cache_dir)
-    stored = root / "verdicts" / key if root else None
-    if stored is not None and stored.exists():
-        verdict = stored.read_text() or None
-    else:
+    disk = _disk(current)
+    found, verdict = disk.verdict(key) if disk is not None else (False, None)
+    if not found:
+        lasting = True
         try:
             verdict = _worker_request(current, "probe", {
                 "fx_text": fx_graph.dumps(graph), "options": _options(current, target, None)})
         except CompileError as crash:  # the compiler crashed on this op: it does not lower
             verdict = str(crash)
-        if stored is not None:
-            try:
-                stored.parent.mkdir(parents=True, exist_ok=True)
-                stored.write_text(verdict or "")
-            except OSError:
-                pass
+            # ...in this process: a crash may be a timeout or a kill under memory
+            # pressure, which must not make the op fall back in every later process.
+            lasting = False
+        if disk is not None and lasting:
+            disk.store_verdict(key, verdict)
     current.verdicts[(target.name, key)] = verdict
     return verdict
 

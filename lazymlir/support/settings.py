@@ -22,12 +22,16 @@ _BOOLS = {"1": True, "true": True, "yes": True, "on": True,
 class Settings:
     target: str = "auto"          # LAZYMLIR_TARGET: auto (cuda where usable, else cpu), cpu, cuda
     dump_dir: str | None = None   # LAZYMLIR_DUMP_DIR: write <dir>/<graph-hash>/<NN>-<stage>.<ext>
-    cache_dir: str | None = None  # LAZYMLIR_CACHE_DIR: on-disk cache of compiled executables
+    # LAZYMLIR_CACHE_DIR: the persistent compile cache (from_env: $XDG_CACHE_HOME/lazymlir or
+    # ~/.cache/lazymlir when unset; `off`: None, no disk cache)
+    cache_dir: str | None = None
+    cache_max_mb: int = 2048      # LAZYMLIR_CACHE_MAX_MB: the disk cache's size cap (LRU pruning)
     log_level: str = "warning"    # LAZYMLIR_LOG_LEVEL: debug|info|warning|error
     fallback: str = "warn"        # LAZYMLIR_FALLBACK: warn (once per op) | silent | error
     cuda_chip: str = "sm_90"      # LAZYMLIR_CUDA_CHIP: PTX/cubin architecture
     graph_cache_size: int = 1024  # LAZYMLIR_GRAPH_CACHE_SIZE: compiled graphs kept in memory
-    repro_dir: str | None = None  # LAZYMLIR_REPRO_DIR: where failing stage inputs go (TMPDIR)
+    repro_dir: str | None = None  # LAZYMLIR_REPRO_DIR: where failing stage inputs go (default:
+    # TMPDIR/lazymlir-repros-<uid>, the newest 100 kept)
     runtime_lib: str | None = None  # LAZYMLIR_RUNTIME_LIB: the CUDA runtime .so (or its folder)
     compile_worker: bool = True   # LAZYMLIR_COMPILE_WORKER: 0 compiles in-process (debugging)
     compile_timeout: int = 900    # LAZYMLIR_COMPILE_TIMEOUT: seconds before a compile is abandoned
@@ -45,6 +49,7 @@ _ENV = {
     "target": "LAZYMLIR_TARGET",
     "dump_dir": "LAZYMLIR_DUMP_DIR",
     "cache_dir": "LAZYMLIR_CACHE_DIR",
+    "cache_max_mb": "LAZYMLIR_CACHE_MAX_MB",
     "log_level": "LAZYMLIR_LOG_LEVEL",
     "fallback": "LAZYMLIR_FALLBACK",
     "cuda_chip": "LAZYMLIR_CUDA_CHIP",
@@ -63,13 +68,36 @@ _ENV = {
 _CHOICES = {"target": _TARGETS, "log_level": _LOG_LEVELS, "fallback": _FALLBACK,
             "cuda_driver": _CUDA_DRIVERS}
 
+CACHE_OFF = "off"  # LAZYMLIR_CACHE_DIR=off: no disk cache (a folder named off: ./off)
+
+
+def default_cache_dir() -> str | None:
+    """`$XDG_CACHE_HOME/lazymlir`, or `~/.cache/lazymlir` (the XDG base directory rule:
+    a relative XDG_CACHE_HOME is ignored); None if there is no home folder either."""
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    if os.path.isabs(xdg):
+        return os.path.join(xdg, "lazymlir")
+    home = os.path.expanduser("~")
+    if not os.path.isabs(home):  # no HOME and no passwd entry: not a folder under cwd
+        return None
+    return os.path.join(home, ".cache", "lazymlir")
+
+
+def cache_dir_from(raw: str | None) -> str | None:
+    """LAZYMLIR_CACHE_DIR's value -> the cache folder, or None for `off` (or for the
+    default location when the user has no home folder)."""
+    if raw is None or raw.strip() == "":
+        return default_cache_dir()
+    if raw.strip().lower() == CACHE_OFF:
+        return None
+    return os.path.expanduser(raw)
 
 
 def from_env() -> Settings:
-    values = {}
+    values = {"cache_dir": cache_dir_from(os.environ.get(_ENV["cache_dir"]))}
     for f in fields(Settings):
         raw = os.environ.get(_ENV[f.name])
-        if raw is None or raw == "":
+        if raw is None or raw == "" or f.name == "cache_dir":
             continue
         if isinstance(f.default, bool):
             if raw.lower() not in _BOOLS:

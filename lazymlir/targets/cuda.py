@@ -28,6 +28,7 @@ import torch
 
 from . import dlpack_abi
 from .base import Executable, OutputMetas, Target
+from . import cuda_driver
 from .cuda_driver import CudaRuntime, LaunchPlan, emulator
 
 DRIVERS = ("real", "emulator", "fake")
@@ -128,10 +129,12 @@ class CudaTarget(Target):
         return target
 
     def fingerprint(self) -> str:
+        # The runtime library reads the plans and calls the emulator's kernel images.
+        runtime = f"rt{cuda_driver.library_digest()}"
         # Emulator artifacts hold CPU builds of the kernels, not PTX: never shared.
         if self.kernel_images != "native":
-            return f"cuda-{self.chip}-{self.kernel_images}"
-        return f"cuda-{self.chip}"
+            return f"cuda-{self.chip}-{self.kernel_images}-{runtime}"
+        return f"cuda-{self.chip}-{runtime}"
 
     def upload(self, cpu: torch.Tensor):
         return self.runtime.copy_in(cpu.contiguous())

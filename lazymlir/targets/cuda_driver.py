@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import glob
+import hashlib
 import site
 import struct
 import sysconfig
@@ -112,6 +113,7 @@ def _declare(lib: ctypes.CDLL) -> None:
 
 
 _lib: ctypes.CDLL | None = None
+_lib_path: Path | None = None
 
 
 def load_library(explicit: str | None = None) -> ctypes.CDLL:
@@ -127,7 +129,25 @@ def load_library(explicit: str | None = None) -> ctypes.CDLL:
         lib = ctypes.CDLL(str(path))
         _declare(lib)
         _lib = lib
+        global _lib_path
+        _lib_path = path
     return _lib
+
+
+_digests: dict[Path, str] = {}
+
+
+def library_digest() -> str:
+    """A hash of the loaded runtime library: artifacts (launch plans, emulator kernel
+    images) are read by it, so the disk cache keys on it (a rebuilt runtime is a miss)."""
+    if _lib_path is None:
+        return "none"
+    if _lib_path not in _digests:
+        try:
+            _digests[_lib_path] = hashlib.sha256(_lib_path.read_bytes()).hexdigest()[:8]
+        except OSError:
+            return "none"
+    return _digests[_lib_path]
 
 
 def device_count() -> int:

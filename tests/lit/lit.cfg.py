@@ -18,6 +18,8 @@ for name in ("PATH", "HOME", "CUDA_HOME", "CUDA_PATH", "PYTHONPATH", "LD_LIBRARY
              "TMPDIR", "LAZYMLIR_REPRO_DIR"):
     if name in os.environ:
         config.environment[name] = os.environ[name]
+# Stage tests never read or write the user's persistent compile cache (~/.cache/lazymlir).
+config.environment["LAZYMLIR_CACHE_DIR"] = "off"
 
 
 def _quote(path):

@@ -9,14 +9,28 @@ LAZYMLIR_CUDA_DRIVER. scripts/test.sh runs them a second time with
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import pytest
 import torch
 
-import lazymlir
+# The suite never reads or writes the user's persistent compile cache. Tests in this
+# process (and children that inherit its environment) run with it off: every graph a
+# test builds really compiles, also after `session.reset()`; the disk cache's own tests
+# (test_disk_cache.py, test_cache_robustness.py) name their folders. Children that drop
+# the LAZYMLIR_* variables get the default location, which XDG_CACHE_HOME points into a
+# private folder of this run.
+PRIVATE_CACHES = tempfile.mkdtemp(prefix="lazymlir-tests-")
+os.environ["XDG_CACHE_HOME"] = os.path.join(PRIVATE_CACHES, "xdg")
+os.environ["LAZYMLIR_CACHE_DIR"] = "off"
+
+import lazymlir  # noqa: E402
+
+lazymlir.config.reload()  # in case a plugin imported lazymlir before the lines above
 
 DEVICE = "lazy_mlir"
 
@@ -26,6 +40,10 @@ def _reset_metrics():
     """Every test starts with zeroed counters."""
     lazymlir.metrics.reset()
     yield
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(PRIVATE_CACHES, ignore_errors=True)
 
 
 def pytest_report_header(config):

@@ -3,12 +3,9 @@ result, never a lost result; each case in a fresh process (as users meet them)."
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-from conftest import TINY_SCRIPT, run_tiny_script
+from conftest import run_tiny_script
 
 
 def _run(tmp_path, **env):
@@ -57,20 +54,3 @@ def test_unwritable_cache_and_dump_dirs_warn_and_keep_the_result(tmp_path):
                             LAZYMLIR_DUMP_DIR=str(blocker / "dump"))
     assert counters == "COUNTERS 0 1"
     assert "LAZYMLIR_CACHE_DIR" in stderr and "LAZYMLIR_DUMP_DIR" in stderr, stderr
-
-
-def test_two_processes_share_one_cache_dir(tmp_path):
-    cache = tmp_path / "cache"
-    script = tmp_path / "tiny.py"
-    script.write_text(TINY_SCRIPT)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LAZYMLIR_")}
-    env.update(LAZYMLIR_TARGET="cpu", LAZYMLIR_CACHE_DIR=str(cache))
-    procs = [subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
-    for proc in procs:
-        out, err = proc.communicate(timeout=300)
-        assert proc.returncode == 0, err[-3000:]
-        assert out.splitlines()[0] == "[12.0, 39.0]"
-    assert _run(tmp_path, LAZYMLIR_CACHE_DIR=str(cache))[0] == "COUNTERS 1 0"
-    leftovers = [p for p in _version_dir(cache).iterdir() if p.name.startswith(".")]
-    assert not leftovers, leftovers
