@@ -127,7 +127,12 @@ def load_library(explicit: str | None = None) -> ctypes.CDLL:
                             + ", ".join(map(str, places))
                             + " (build it with `pip install -e .` or set LAZYMLIR_RUNTIME_LIB)")
         lib = ctypes.CDLL(str(path))
-        _declare(lib)
+        try:
+            _declare(lib)
+        except AttributeError as error:  # a library built from other sources
+            raise CudaError(f"{path} is not the runtime this lazymlir needs ({error}); "
+                            "reinstall lazymlir (pip install .) or point LAZYMLIR_RUNTIME_LIB "
+                            "at a fresh build of cuda_runtime/") from None
         _lib = lib
         global _lib_path
         _lib_path = path
