@@ -5,6 +5,8 @@ LAZYMLIR_CACHE_DIR names another folder or `off` (support/settings.py).
 
     <cache dir>/v-<compiler version>/<graph hash>-<target fingerprint>/   an entry
     <cache dir>/v-<compiler version>/verdicts/<op signature hash>         a probe verdict
+    <cache dir>/runtime/liblazymlir_cpu_alloc-<source hash>.so           the cpu target's
+                                                   allocator (targets/cpu_alloc.py; not pruned)
 
 The compiler version hashes every source that shapes an artifact (lowering/,
 execution/, targets/) and the versions of torch, torch-mlir, MLIR and LLVM, so
