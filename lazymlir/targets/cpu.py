@@ -57,12 +57,6 @@ def temporaries_stats() -> dict[str, int] | None:
     return dict(zip(("hits", "misses", "bytes_cached", "bytes_in_use"), out))
 
 
-def release_temporaries() -> None:
-    """Return the blocks the allocator keeps for reuse to the system."""
-    if _allocator.cache_info().currsize:
-        _allocator().lazymlir_cpu_alloc_trim()
-
-
 @cache
 def _descriptor_type(rank: int):
     fields = [("allocated", ctypes.c_void_p), ("aligned", ctypes.c_void_p),
