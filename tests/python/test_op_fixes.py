@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from conftest import DEVICE, assert_no_fallback, compare_factory, compare_with_eager
@@ -144,4 +146,53 @@ def test_batch_norm_training_statistics_have_the_input_dtype(dtype):
         a = a.cpu()
         assert (a.shape, a.dtype) == (e.shape, e.dtype)
         torch.testing.assert_close(a, e, rtol=1.6e-2, atol=2e-2)
+    assert_no_fallback()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_logcumsumexp_does_not_overflow(dtype):
+    # torch-mlir lowered logcumsumexp as log(cumsum(exp(x))): one 10000 made the
+    # whole scan inf (OpInfo's sample). Now a max-shifted triangle per block.
+    x = torch.randn(5, 7) * 3
+    x[1, 2], x[3, 0], x[0, 4], x[2, 6] = 10000.0, -math.inf, math.inf, -10000.0
+    x = x.to(dtype)
+    got = compare_with_eager(lambda t: (torch.logcumsumexp(t, 0), torch.logcumsumexp(t, 1),
+                                        torch.logcumsumexp(t[0, 0], 0)), x)
+    assert torch.isfinite(got[1][1]).all()
+    assert_no_fallback()
+
+
+def test_logcumsumexp_long_and_nan():
+    # Longer than LSE_BLOCK * LSE_BLOCK: blocks, and blocks of block totals.
+    x = torch.randn(2, 20000) * 50
+    x[0, 15000] = 5000.0
+    x[1, 100] = math.nan
+    got = compare_with_eager(lambda t: torch.logcumsumexp(t, -1), x)
+    assert got[1, :100].isfinite().all() and got[1, 100:].isnan().all()
+    assert_no_fallback()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_layer_norm_in_float32(dtype):
+    # torch-mlir normalized half inputs in half (3e-3 off); eager computes in float32
+    # and rounds out, mean and rstd once.
+    torch.manual_seed(0)
+    x, w, b = torch.randn(4, 3, 5) * 4 + 2, torch.randn(3, 5), torch.randn(3, 5)
+    x, w, b = x.to(dtype), w.to(dtype), b.to(dtype)
+    compare_with_eager(lambda t, u, v: torch.ops.aten.native_layer_norm(t, [3, 5], u, v, 1e-5),
+                       x, w, b)
+    compare_with_eager(lambda t: torch.nn.functional.layer_norm(t, [5]), x)
+    assert_no_fallback()
+
+
+@pytest.mark.parametrize("include_self", [True, False])
+def test_integer_scatter_reduce_mean_rounds_down(include_self):
+    # Eager floor-divides an integer scatter mean; torch-mlir truncated (-7 / 2 = -3).
+    torch.manual_seed(0)
+    x = torch.randint(-9, 9, (6, 4))
+    src = torch.randint(-20, 20, (5, 4))
+    index = torch.randint(0, 6, (5, 4))
+    compare_with_eager(lambda t, i, s: t.scatter_reduce(0, i, s, "mean",
+                                                        include_self=include_self),
+                       x, index, src)
     assert_no_fallback()
