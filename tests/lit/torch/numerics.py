@@ -121,7 +121,8 @@ run("layer_norm$float16", [([2, 5], "float16"), ([5], "float16"), ([5], "float16
 # CHECK-DAG: %[[X:.*]] = torch.aten._to_copy %arg0, {{.*}} -> !torch.vtensor<[2,5],f32>
 # CHECK-DAG: %[[W:.*]] = torch.aten._to_copy %arg1, {{.*}} -> !torch.vtensor<[5],f32>
 # CHECK-DAG: %[[B:.*]] = torch.aten._to_copy %arg2, {{.*}} -> !torch.vtensor<[5],f32>
-# CHECK: %[[N0:[^,]*]], %[[N1:[^,]*]], %[[N2:[^,]*]] = torch.aten.native_layer_norm %[[X]], {{.*}}, %[[W]], %[[B]], {{.*}} -> !torch.vtensor<[2,5],f32>, {{.*}}<[2,1],f32>, {{.*}}<[2,1],f32>
+# CHECK: %[[N0:[^,]*]], %[[N1:[^,]*]], %[[N2:[^,]*]] = torch.aten.native_layer_norm %[[X]],
+# CHECK-SAME: %[[W]], %[[B]], {{.*}} -> !torch.vtensor<[2,5],f32>, {{.*}}<[2,1],f32>
 # CHECK-DAG: torch.aten._to_copy %[[N0]], {{.*}} -> !torch.vtensor<[2,5],f16>
 # CHECK-DAG: torch.aten._to_copy %[[N1]], {{.*}} -> !torch.vtensor<[2,1],f16>
 # CHECK-DAG: torch.aten._to_copy %[[N2]], {{.*}} -> !torch.vtensor<[2,1],f16>
