@@ -196,3 +196,18 @@ def test_integer_scatter_reduce_mean_rounds_down(include_self):
                                                         include_self=include_self),
                        x, index, src)
     assert_no_fallback()
+
+
+def test_double_to_bfloat16_rounds_through_float():
+    # A double -> bfloat16 conversion compiled to a call to __truncdfbf2, which the
+    # CPU .so cannot link ("undefined symbol"): full(bf16) of a Python float failed.
+    # Eager rounds double -> float -> bfloat16; 1 + 2**-8 + 2**-30 shows the two
+    # roundings (directly it would round up to 1 + 2**-7; eager gives 1.0).
+    x = torch.tensor([1 + 2**-8 + 2**-30, 1 / 3, -2.7, 1e-40, math.inf, math.nan],
+                     dtype=torch.float64)
+    compare_with_eager(lambda t: t.to(torch.bfloat16), x)
+    compare_factory(lambda device: torch.full((2, 3), 2.7, dtype=torch.bfloat16,
+                                              device=device))
+    compare_factory(lambda device: torch.full_like(
+        torch.zeros(4, dtype=torch.bfloat16, device=device), 1 / 3))
+    assert_no_fallback()
