@@ -290,22 +290,23 @@ def _layer_norm(b: _Builder, node: torch.fx.Node):
     return None
 
 
-def _half_layer_norm(b: _Builder, node: torch.fx.Node):
-    """native_layer_norm of half/bfloat16: eager's CPU kernel computes in float32 and
-    rounds each result (out, mean, rstd) once; torch-mlir normalized in the half type
-    (3e-3 off in float16)."""
-    if node.target is not aten.native_layer_norm.default:
-        return None
-    x, shape, weight, bias, eps = node.args
-    if not _is_tensor(x, *HALF_TYPES):
+# Ops with several results whose eager CPU kernel computes half/bfloat16 inputs in
+# float32 and rounds each result once; torch-mlir computes them in the half type:
+# layer_norm normalized in float16 (3e-3 off), var_mean's mean summed in bfloat16
+# (0.02 off).
+_HALF_OPMATH_TUPLES = {aten.native_layer_norm.default, aten.var_mean.correction}
+
+
+def _half_tuple_opmath(b: _Builder, node: torch.fx.Node):
+    if node.target not in _HALF_OPMATH_TUPLES or not _is_tensor(node.args[0], *HALF_TYPES):
         return None
     users = {u.args[1]: u for u in node.users if u.target is operator.getitem}
     if len(users) != len(node.users):
         return None
-    dtype = _val(x).dtype
+    dtype = _val(node.args[0]).dtype
     b = _Builder(b.graph, max(users.values(), key=_position).next, b.mode, b.created)
-    wide = [_cast(b, t, torch.float32) if _is_tensor(t) else t for t in (x, weight, bias)]
-    norm = b(aten.native_layer_norm.default, wide[0], shape, wide[1], wide[2], eps)
+    wide = [_cast(b, t, torch.float32) if _is_tensor(t, dtype) else t for t in node.args]
+    norm = b(node.target, *wide, **node.kwargs)
     for index, user in users.items():
         item = b(operator.getitem, norm, index)
         _replace(user, _cast(b, item, _val(user).dtype if _is_tensor(user) else dtype),
@@ -528,7 +529,7 @@ def _bool_order(b: _Builder, node: torch.fx.Node):
     return None
 
 
-REWRITES = (_logcumsumexp, _int_scatter_mean, _half_layer_norm, _half_accumulation,
+REWRITES = (_logcumsumexp, _int_scatter_mean, _half_tuple_opmath, _half_accumulation,
             _half_opmath, _widen_bytes, _blocked, _layer_norm, _nan_minmax, _first_nan_index,
             _bool_add, _bool_order, _gelu_tanh)
 

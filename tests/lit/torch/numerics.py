@@ -137,3 +137,12 @@ run("scatter_reduce$int_mean", [([4], "int64"), ([3], "int64"), ([3], "int64")],
 # CHECK: %[[C1:.*]] = torch.aten.masked_fill.Scalar %[[C]], %[[Z]]
 # CHECK: torch.aten.div.Tensor_mode %[[S]], %[[C1]], %{{.*}} : {{.*}} -> !torch.vtensor<[4],si64>
 # CHECK: return
+
+run("var_mean$bfloat16", [([4, 6], "bfloat16")], "aten.var_mean.correction", [inp(0), [1]],
+    [([4], "bfloat16"), ([4], "bfloat16")])
+# CHECK-LABEL: TEST: var_mean$bfloat16
+# CHECK: %[[X:.*]] = torch.aten._to_copy %arg0, {{.*}} -> !torch.vtensor<[4,6],f32>
+# CHECK: %[[V:[^,]*]], %[[M:[^,]*]] = torch.aten.var_mean.correction %[[X]]
+# CHECK-DAG: torch.aten._to_copy %[[V]], {{.*}} -> !torch.vtensor<[4],bf16>
+# CHECK-DAG: torch.aten._to_copy %[[M]], {{.*}} -> !torch.vtensor<[4],bf16>
+# CHECK: return
