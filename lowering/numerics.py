@@ -130,9 +130,13 @@ def _half_accumulation(b: _Builder, node: torch.fx.Node):
 # Ops whose eager CPU kernel computes half/bfloat16 in float32 (acc/opmath type)
 # and rounds once; torch-mlir computes them in the half type (avg_pool sums a
 # window in f16, fmod rounds x / y before truncating it).
+# _trilinear (bilinear's product) sums products in half in torch-mlir; eager's bmms
+# accumulate in float32 (computed here in one float32 pass and rounded once: eager
+# rounds between its two bmms, so results may differ from eager by that rounding, and
+# are then closer to the exact product).
 _HALF_OPMATH = {aten.avg_pool2d.default, aten.avg_pool3d.default,
                 aten._adaptive_avg_pool2d.default, aten._adaptive_avg_pool3d.default,
-                aten.fmod.Tensor, aten.fmod.Scalar}
+                aten.fmod.Tensor, aten.fmod.Scalar, aten._trilinear.default}
 
 
 def _half_opmath(b: _Builder, node: torch.fx.Node):
