@@ -394,6 +394,21 @@ def _logcumsumexp(b: _Builder, node: torch.fx.Node):
     return _cast(b, out, dtype)
 
 
+# -- reciprocal ----------------------------------------------------------------------
+
+def _reciprocal(b: _Builder, node: torch.fx.Node):
+    """reciprocal as 1 / x: torch-mlir's lowering asserts the input is nonzero ("cf.assert
+    ... unimplemented: tensor with zero element", for floats too), so a 0 aborted the
+    process; eager gives inf. Integers and bools convert to the float result type first,
+    as eager does."""
+    if node.target is not aten.reciprocal.default or not _is_tensor(node.args[0]):
+        return None
+    if _val(node.args[0]).dtype.is_complex or not _val(node).dtype.is_floating_point:
+        return None
+    x = _cast(b, node.args[0], _val(node).dtype)
+    return b(aten.div.Tensor, b(aten.full_like.default, x, 1.0), x)
+
+
 # -- integer scatter mean ----------------------------------------------------------
 
 def _int_scatter_mean(b: _Builder, node: torch.fx.Node):
@@ -533,9 +548,9 @@ def _bool_order(b: _Builder, node: torch.fx.Node):
     return None
 
 
-REWRITES = (_logcumsumexp, _int_scatter_mean, _half_tuple_opmath, _half_accumulation,
-            _half_opmath, _widen_bytes, _blocked, _layer_norm, _nan_minmax, _first_nan_index,
-            _bool_add, _bool_order, _gelu_tanh)
+REWRITES = (_logcumsumexp, _reciprocal, _int_scatter_mean, _half_tuple_opmath,
+            _half_accumulation, _half_opmath, _widen_bytes, _blocked, _layer_norm, _nan_minmax,
+            _first_nan_index, _bool_add, _bool_order, _gelu_tanh)
 
 
 def apply(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:

@@ -146,3 +146,11 @@ run("var_mean$bfloat16", [([4, 6], "bfloat16")], "aten.var_mean.correction", [in
 # CHECK-DAG: torch.aten._to_copy %[[V]], {{.*}} -> !torch.vtensor<[4],bf16>
 # CHECK-DAG: torch.aten._to_copy %[[M]], {{.*}} -> !torch.vtensor<[4],bf16>
 # CHECK: return
+
+run("reciprocal$int64", [([4], "int64")], "aten.reciprocal.default", [inp(0)], ([4], "float32"))
+# CHECK-LABEL: TEST: reciprocal$int64
+# CHECK: %[[X:.*]] = torch.aten._to_copy %arg0, {{.*}} -> !torch.vtensor<[4],f32>
+# CHECK: %[[ONE:.*]] = torch.aten.full_like %[[X]]
+# CHECK: %[[R:.*]] = torch.aten.div.Tensor %[[ONE]], %[[X]]
+# CHECK-NOT: torch.aten.reciprocal
+# CHECK: return %[[R]]
