@@ -535,6 +535,12 @@ FALLBACK: dict[str, set[str]] = {
         'unique_consecutive:float32',
         'unique_consecutive:int64',
     },
+    'falls back: aten::_trilinear, aten::view': {
+        'nn.functional.bilinear:bfloat16',
+        'nn.functional.bilinear:float16',
+        'nn.functional.bilinear:float32',
+        'nn.functional.bilinear:int64',
+    },
     'falls back: aten::addmv': {
         'addmv:bfloat16',
         'addmv:float16',
@@ -855,10 +861,6 @@ FALLBACK: dict[str, set[str]] = {
         'pca_lowrank:float32',
         'svd_lowrank:float32',
     },
-    'falls back: aten::_trilinear, aten::view': {
-        'nn.functional.bilinear:float32',
-        'nn.functional.bilinear:int64',
-    },
     'falls back: aten::linalg_eig': {
         'linalg.eig:float32',
         'linalg.eigvals:float32',
@@ -1082,8 +1084,4 @@ ERROR: dict[str, set[str]] = {
 
 
 CRASH: dict[str, set[str]] = {
-    'worker died or hung': {
-        'reciprocal:bool',
-        'reciprocal:int64',
-    },
 }
