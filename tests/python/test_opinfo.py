@@ -7,13 +7,13 @@ The sweep runs in worker subprocesses, so a crashing op is recorded, not fatal.
 
 Two tiers:
 
-- CI (default, test_opinfo_ci_tier): a fixed share of the ops picked by a stable
-  hash of their name (opinfo_sweep.CI_LOWERING_SHARE: 2 in 5 of the ops the table
-  expects to lower in every dtype, 1 in 25 of the others), every dtype and all 3
-  samples of each, so each entry's status is exactly the full sweep's. It must
-  report at least 520 lowered entries. Measured: see docs/opinfo-coverage.md
-  ("CI tier"), `PYTHONPATH=. python -m pytest -s tests/python/test_opinfo.py -k ci_tier`.
-- Full (LAZYMLIR_OPINFO_SWEEP=1, test_opinfo_sweep): every recorded op, about 45
+- CI (default, test_opinfo_ci_tier): every op the table expects to lower in every
+  dtype, and 1 in 25 of the others picked by a stable hash of "name/variant"
+  (opinfo_sweep.CI_LOWERING_SHARE / CI_OTHER_SHARE), every dtype and all 3 samples
+  of each, so each entry's status is exactly the full sweep's. It must report at
+  least 520 lowered entries (it has ~1685). Measured time and counts:
+  docs/opinfo-coverage.md, "CI tier" (opinfo_sweep.CI_TIER_MEASURED).
+- Full (LAZYMLIR_OPINFO_SWEEP=1, test_opinfo_sweep): every recorded op, about 30
   minutes on 2 cores; docs/opinfo-coverage.md and the table come from it.
 """
 
@@ -50,7 +50,7 @@ def test_opinfo_ci_tier():
     assert counts["lowered"] >= CI_MIN_LOWERED, dict(counts)
 
 
-# The whole sweep takes far longer than CI's budget on 2 cores (about 45 minutes), so it
+# The whole sweep takes far longer than CI's budget on 2 cores (about 30 minutes), so it
 # runs on demand. docs/opinfo-coverage.md records the last full run.
 @pytest.mark.skipif(os.environ.get("LAZYMLIR_OPINFO_SWEEP") != "1",
                     reason="the full OpInfo sweep runs with LAZYMLIR_OPINFO_SWEEP=1")
