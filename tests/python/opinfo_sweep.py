@@ -482,7 +482,11 @@ CI_LOWERING_SHARE = (1, 1)
 CI_OTHER_SHARE = (1, 25)
 # The CI tier's last measurement, for docs/opinfo-coverage.md (update it by hand when
 # you measure again: timings are not asserted anywhere).
-CI_TIER_MEASURED = "Measured: not yet."
+CI_TIER_MEASURED = (
+    "Measured 2026-11-22 on the 2-core dev machine (shared with other jobs: load average"
+    " 1.3 at the start, 3.1 at the end), cold compile cache, with"
+    " `cd tests && python -m pytest -q -s python/test_opinfo.py -k ci_tier`: 256 s"
+    " (4 min 16 s); 1685 lowered, 23 fallback, 0 wrong, 1 error, 0 crash.")
 
 
 def _in_share(name: str, variant: str, share: tuple[int, int]) -> bool:
