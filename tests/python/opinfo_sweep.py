@@ -480,6 +480,15 @@ class _Worker:
 # and not by name or speed.
 CI_LOWERING_SHARE = (1, 1)
 CI_OTHER_SHARE = (1, 25)
+# How the recorded table was made, beyond the last full --write, for
+# docs/opinfo-coverage.md (by hand: clear it after a full --write).
+SWEEP_NOTES = (
+    "The table is one complete full sweep (2026-11-22, load average 4-8 on the shared"
+    " 2-core machine), except `reciprocal`, `__rdiv__`, `var_mean`, `std_mean` and"
+    " `nn.functional.bilinear` (all variants), re-swept with `--ops ... --write` after"
+    " the fixes that the full sweep found them needing (reciprocal crashed, var_mean and"
+    " bilinear were wrong in half types).")
+
 # The CI tier's last measurement, for docs/opinfo-coverage.md (update it by hand when
 # you measure again: timings are not asserted anywhere).
 CI_TIER_MEASURED = (
@@ -743,6 +752,7 @@ def write_doc(results: dict[str, dict], skipped: list[str], seconds: float, jobs
         (f"Sweep time: {seconds:.0f} s with {jobs} worker processes (cold compile cache)."
          if seconds else "Sweep time: not recorded (no full sweep has been written yet)."),
         "",
+        *([SWEEP_NOTES, ""] if SWEEP_NOTES else []),
         "## Per op",
         "",
         "✓ lowered, F fallback, W wrong, E error, C crash, · dtype not supported.",
