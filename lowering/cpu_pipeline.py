@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import re
 
-from . import cpu_fusion, cpu_parallel, cpu_schedule, i1_storage
+from . import bf16_rounding, cpu_fusion, cpu_parallel, cpu_schedule, i1_storage
 from .mlir_runner import UPSTREAM, run_pipeline
 from .unique_results import copy_repeated_results
 
@@ -145,5 +145,11 @@ def _mark_c_interface(module) -> None:
             op.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()
 
 
+def _before_llvm(module) -> None:
+    _mark_c_interface(module)
+    # No __truncdfbf2 to link against: double -> bfloat16 goes through float.
+    bf16_rounding.split_double_to_bfloat16(module)
+
+
 def to_llvm(text: str):
-    return run_pipeline(UPSTREAM, text, LLVM_PIPELINE, before=_mark_c_interface)
+    return run_pipeline(UPSTREAM, text, LLVM_PIPELINE, before=_before_llvm)

@@ -130,9 +130,13 @@ def _half_accumulation(b: _Builder, node: torch.fx.Node):
 # Ops whose eager CPU kernel computes half/bfloat16 in float32 (acc/opmath type)
 # and rounds once; torch-mlir computes them in the half type (avg_pool sums a
 # window in f16, fmod rounds x / y before truncating it).
+# _trilinear (bilinear's product) sums products in half in torch-mlir; eager's bmms
+# accumulate in float32 (computed here in one float32 pass and rounded once: eager
+# rounds between its two bmms, so results may differ from eager by that rounding, and
+# are then closer to the exact product).
 _HALF_OPMATH = {aten.avg_pool2d.default, aten.avg_pool3d.default,
                 aten._adaptive_avg_pool2d.default, aten._adaptive_avg_pool3d.default,
-                aten.fmod.Tensor, aten.fmod.Scalar}
+                aten.fmod.Tensor, aten.fmod.Scalar, aten._trilinear.default}
 
 
 def _half_opmath(b: _Builder, node: torch.fx.Node):
@@ -290,6 +294,142 @@ def _layer_norm(b: _Builder, node: torch.fx.Node):
     return None
 
 
+# Ops with several results whose eager CPU kernel computes half/bfloat16 inputs in
+# float32 and rounds each result once; torch-mlir computes them in the half type:
+# layer_norm normalized in float16 (3e-3 off), var_mean's mean summed in bfloat16
+# (0.02 off).
+_HALF_OPMATH_TUPLES = {aten.native_layer_norm.default, aten.var_mean.correction}
+
+
+def _half_tuple_opmath(b: _Builder, node: torch.fx.Node):
+    if node.target not in _HALF_OPMATH_TUPLES or not _is_tensor(node.args[0], *HALF_TYPES):
+        return None
+    users = {u.args[1]: u for u in node.users if u.target is operator.getitem}
+    if len(users) != len(node.users):
+        return None
+    dtype = _val(node.args[0]).dtype
+    b = _Builder(b.graph, max(users.values(), key=_position).next, b.mode, b.created)
+    wide = [_cast(b, t, torch.float32) if _is_tensor(t, dtype) else t for t in node.args]
+    norm = b(node.target, *wide, **node.kwargs)
+    for index, user in users.items():
+        item = b(operator.getitem, norm, index)
+        _replace(user, _cast(b, item, _val(user).dtype if _is_tensor(user) else dtype),
+                 b.created)
+    if not node.users:
+        node.graph.erase_node(node)
+    return None
+
+
+# -- logcumsumexp ------------------------------------------------------------------
+# torch-mlir lowers logcumsumexp as log(cumsum(exp(x))): exp(10000) overflows and the
+# whole scan became inf. Eager scans with log-add-exp. Here a prefix of L <= LSE_BLOCK
+# elements is a logsumexp over a masked [L, L] triangle (each row shifted by its own
+# max, so nothing overflows); a longer dim is cut into blocks of LSE_BLOCK, scanned
+# that way, and each block log-add-exp'ed with the (recursive) scan of the block totals
+# before it: O(n * LSE_BLOCK) work and memory, not O(n^2).
+LSE_BLOCK = 128
+
+
+def _lse_triangle(b: _Builder, x: torch.fx.Node) -> torch.fx.Node:
+    """logcumsumexp of x over its last dim (L elements) as L masked logsumexps."""
+    shape = list(_val(x).shape)
+    size = shape[-1]
+    rows = b(aten.expand.default, b(aten.unsqueeze.default, x, -2), shape[:-1] + [size, size])
+    r = b(aten.arange.default, size, dtype=torch.int64, device=_val(x).device)
+    later = b(aten.gt.Tensor, b(aten.unsqueeze.default, r, 0), b(aten.unsqueeze.default, r, 1))
+    rows = b(aten.masked_fill.Scalar, rows, later, -math.inf)
+    high = b(aten.amax.default, rows, [-1], True)
+    # An all -inf or a +inf row: shift by 0 (inf - inf would be NaN), as eager's logsumexp.
+    high = b(aten.masked_fill.Scalar, high, b(aten.isinf.default, high), 0.0)
+    total = b(aten.sum.dim_IntList, b(aten.exp.default, b(aten.sub.Tensor, rows, high)), [-1])
+    return b(aten.add.Tensor, b(aten.log.default, total), b(aten.squeeze.dim, high, -1))
+
+
+def _log_add_exp(b: _Builder, x: torch.fx.Node, y: torch.fx.Node) -> torch.fx.Node:
+    high = b(aten.maximum.default, x, y)
+    gap = b(aten.neg.default, b(aten.abs.default, b(aten.sub.Tensor, x, y)))
+    out = b(aten.add.Tensor, high, b(aten.log1p.default, b(aten.exp.default, gap)))
+    # inf and inf (or -inf and -inf): the gap is NaN, the sum is that infinity.
+    same_inf = b(aten.logical_and.default, b(aten.eq.Tensor, x, y), b(aten.isinf.default, x))
+    return b(aten.where.self, same_inf, x, out)
+
+
+def _lse_scan(b: _Builder, x: torch.fx.Node) -> torch.fx.Node:
+    """logcumsumexp of a contiguous x over its last dim."""
+    shape = list(_val(x).shape)
+    size = shape[-1]
+    if size <= LSE_BLOCK:
+        return _lse_triangle(b, x)
+    blocks = -(-size // LSE_BLOCK)
+    # -inf padding at the end changes no prefix of the real elements.
+    padded = b(aten.constant_pad_nd.default, x, [0, blocks * LSE_BLOCK - size], -math.inf)
+    inner = _lse_triangle(b, b(aten.view.default, padded, shape[:-1] + [blocks, LSE_BLOCK]))
+    totals = b(aten.clone.default, b(aten.select.int, inner, -1, LSE_BLOCK - 1))
+    before = _lse_scan(b, totals)
+    before = b(aten.constant_pad_nd.default,
+               b(aten.slice.Tensor, before, -1, 0, blocks - 1), [1, 0], -math.inf)
+    out = _log_add_exp(b, inner, b(aten.unsqueeze.default, before, -1))
+    out = b(aten.view.default, out, shape[:-1] + [blocks * LSE_BLOCK])
+    return b(aten.slice.Tensor, out, -1, 0, size)
+
+
+def _logcumsumexp(b: _Builder, node: torch.fx.Node):
+    if node.target is not aten.logcumsumexp.default:
+        return None
+    x, dim = node.args[:2]
+    if not _is_tensor(x, torch.float32, torch.float64, *HALF_TYPES):
+        return None
+    dtype = _val(x).dtype
+    if _val(x).dim() == 0 or _val(x).numel() == 0:
+        return b(aten.clone.default, x)
+    dim = dim % _val(x).dim()
+    # Half types scan in float32 (eager's opmath type) and round once.
+    wide = _cast(b, x, torch.float32) if dtype in HALF_TYPES else x
+    last = _val(x).dim() - 1
+    if dim != last:
+        wide = b(aten.transpose.int, wide, dim, last)
+    out = _lse_scan(b, b(aten.clone.default, wide, memory_format=torch.contiguous_format))
+    if dim != last:
+        out = b(aten.transpose.int, out, dim, last)
+    return _cast(b, out, dtype)
+
+
+# -- reciprocal ----------------------------------------------------------------------
+
+def _reciprocal(b: _Builder, node: torch.fx.Node):
+    """reciprocal as 1 / x: torch-mlir's lowering asserts the input is nonzero ("cf.assert
+    ... unimplemented: tensor with zero element", for floats too), so a 0 aborted the
+    process; eager gives inf. Integers and bools convert to the float result type first,
+    as eager does."""
+    if node.target is not aten.reciprocal.default or not _is_tensor(node.args[0]):
+        return None
+    if _val(node.args[0]).dtype.is_complex or not _val(node).dtype.is_floating_point:
+        return None
+    x = _cast(b, node.args[0], _val(node).dtype)
+    return b(aten.div.Tensor, b(aten.full_like.default, x, 1.0), x)
+
+
+# -- integer scatter mean ----------------------------------------------------------
+
+def _int_scatter_mean(b: _Builder, node: torch.fx.Node):
+    """scatter_reduce(reduce='mean') of integers: eager divides the sum by the count
+    rounding down (floor); torch-mlir's integer division truncates toward zero
+    (-7 / 2 gave -3, eager -4). Computed as a sum and a count, floor-divided."""
+    if node.target is not aten.scatter_reduce.two:
+        return None
+    self, dim, index, src, reduce = node.args[:5]
+    include_self = node.args[5] if len(node.args) > 5 else node.kwargs.get("include_self", True)
+    if reduce != "mean" or not _is_tensor(node) or _val(node).dtype.is_floating_point \
+            or _val(node).dtype.is_complex or _val(node).dtype == torch.bool:
+        return None
+    total = b(aten.scatter_reduce.two, self, dim, index, src, "sum", include_self=include_self)
+    start = b(aten.full_like.default, self, 1 if include_self else 0)
+    count = b(aten.scatter_reduce.two, start, dim, index, b(aten.full_like.default, src, 1),
+              "sum", include_self=True)
+    count = b(aten.masked_fill.Scalar, count, b(aten.eq.Scalar, count, 0), 1)
+    return b(aten.div.Tensor_mode, total, count, rounding_mode="floor")
+
+
 def _position(node: torch.fx.Node) -> int:
     return list(node.graph.nodes).index(node)
 
@@ -408,7 +548,8 @@ def _bool_order(b: _Builder, node: torch.fx.Node):
     return None
 
 
-REWRITES = (_half_accumulation, _half_opmath, _widen_bytes, _blocked, _layer_norm, _nan_minmax,
+REWRITES = (_logcumsumexp, _reciprocal, _int_scatter_mean, _half_tuple_opmath,
+            _half_accumulation, _half_opmath, _widen_bytes, _blocked, _layer_norm, _nan_minmax,
             _first_nan_index, _bool_add, _bool_order, _gelu_tanh)
 
 

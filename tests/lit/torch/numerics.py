@@ -7,13 +7,15 @@ from lazymlir.lowering.torch_stages import import_fx
 
 
 def run(name, inputs, op, args, out, kwargs=None):
-    """One node `op(*args)`; inputs and out are (shape, dtype) pairs."""
+    """One node `op(*args)`; inputs and out are (shape, dtype) pairs (out: or a list
+    of them, for an op with several results)."""
+    outs = out if isinstance(out, list) else [out]
     text = json.dumps({
         "format": "lazymlir-fx", "version": 2,
         "inputs": [{"shape": s, "dtype": d} for s, d in inputs], "scalars": [],
         "nodes": [{"op": op, "args": args, "kwargs": kwargs or {},
-                   "outputs": [{"shape": out[0], "dtype": out[1]}]}],
-        "outputs": [{"ref": ["node", 0, 0]}]})
+                   "outputs": [{"shape": s, "dtype": d} for s, d in outs]}],
+        "outputs": [{"ref": ["node", 0, i]} for i in range(len(outs))]})
     print(f"TEST: {name}")
     print(print_module(import_fx(text)))
 
@@ -80,4 +82,75 @@ run("sum$blocked_all_dims", [([3, 8192], "float32")], "aten.sum.dim_IntList", [i
 # CHECK: %[[B:.*]] = torch.aten.view %[[V]], {{.*}} -> !torch.vtensor<[24,1024],f32>
 # CHECK: %[[P:.*]] = torch.aten.sum.dim_IntList %[[B]], {{.*}} -> !torch.vtensor<[24],f32>
 # CHECK: %[[R:.*]] = torch.aten.sum.dim_IntList %[[P]], {{.*}} -> !torch.vtensor<[],f32>
+# CHECK: return %[[R]]
+
+run("logcumsumexp$triangle", [([2, 3], "float32")], "aten.logcumsumexp.default", [inp(0), 1],
+    ([2, 3], "float32"))
+# CHECK-LABEL: TEST: logcumsumexp$triangle
+# CHECK: %[[R:.*]] = torch.aten.expand {{.*}} -> !torch.vtensor<[2,3,3],f32>
+# CHECK: %[[A:.*]] = torch.aten.arange
+# CHECK: %[[L:.*]] = torch.aten.gt.Tensor {{.*}} -> !torch.vtensor<[3,3],i1>
+# CHECK: %[[M:.*]] = torch.aten.masked_fill.Scalar %[[R]], %[[L]]
+# CHECK: %[[H:.*]] = torch.aten.amax %[[M]]
+# CHECK: torch.aten.isinf %[[H]]
+# CHECK: torch.aten.exp
+# CHECK: torch.aten.sum.dim_IntList {{.*}} -> !torch.vtensor<[2,3],f32>
+# CHECK: torch.aten.log
+# CHECK-NOT: torch.aten.logcumsumexp
+# CHECK: return
+
+run("logcumsumexp$blocks", [([300], "float16")], "aten.logcumsumexp.default", [inp(0), 0],
+    ([300], "float16"))
+# CHECK-LABEL: TEST: logcumsumexp$blocks
+# CHECK: torch.aten._to_copy %arg0, {{.*}} -> !torch.vtensor<[300],f32>
+# CHECK: torch.aten.constant_pad_nd {{.*}} -> !torch.vtensor<[384],f32>
+# CHECK: torch.aten.view {{.*}} -> !torch.vtensor<[3,128],f32>
+# CHECK: torch.aten.expand {{.*}} -> !torch.vtensor<[3,128,128],f32>
+# CHECK: torch.aten.select.int {{.*}} -> !torch.vtensor<[3],f32>
+# CHECK: torch.aten.expand {{.*}} -> !torch.vtensor<[3,3],f32>
+# CHECK: torch.aten.log1p
+# CHECK: torch.aten.slice.Tensor {{.*}} -> !torch.vtensor<[300],f32>
+# CHECK-NOT: torch.aten.logcumsumexp
+# CHECK: torch.aten._to_copy {{.*}} -> !torch.vtensor<[300],f16>
+# CHECK: return
+
+run("layer_norm$float16", [([2, 5], "float16"), ([5], "float16"), ([5], "float16")],
+    "aten.native_layer_norm.default", [inp(0), [5], inp(1), inp(2), 1e-5],
+    [([2, 5], "float16"), ([2, 1], "float16"), ([2, 1], "float16")])
+# CHECK-LABEL: TEST: layer_norm$float16
+# CHECK-DAG: %[[X:.*]] = torch.aten._to_copy %arg0, {{.*}} -> !torch.vtensor<[2,5],f32>
+# CHECK-DAG: %[[W:.*]] = torch.aten._to_copy %arg1, {{.*}} -> !torch.vtensor<[5],f32>
+# CHECK-DAG: %[[B:.*]] = torch.aten._to_copy %arg2, {{.*}} -> !torch.vtensor<[5],f32>
+# CHECK: %[[N0:[^,]*]], %[[N1:[^,]*]], %[[N2:[^,]*]] = torch.aten.native_layer_norm %[[X]],
+# CHECK-SAME: %[[W]], %[[B]], {{.*}} -> !torch.vtensor<[2,5],f32>, {{.*}}<[2,1],f32>
+# CHECK-DAG: torch.aten._to_copy %[[N0]], {{.*}} -> !torch.vtensor<[2,5],f16>
+# CHECK-DAG: torch.aten._to_copy %[[N1]], {{.*}} -> !torch.vtensor<[2,1],f16>
+# CHECK-DAG: torch.aten._to_copy %[[N2]], {{.*}} -> !torch.vtensor<[2,1],f16>
+# CHECK: return
+
+run("scatter_reduce$int_mean", [([4], "int64"), ([3], "int64"), ([3], "int64")],
+    "aten.scatter_reduce.two", [inp(0), 0, inp(1), inp(2), "mean"], ([4], "int64"))
+# CHECK-LABEL: TEST: scatter_reduce$int_mean
+# CHECK: %[[S:.*]] = torch.aten.scatter_reduce.two %arg0, {{.*}}, %arg1, %arg2, %str
+# CHECK: %[[C:.*]] = torch.aten.scatter_reduce.two
+# CHECK: %[[Z:.*]] = torch.aten.eq.Scalar %[[C]]
+# CHECK: %[[C1:.*]] = torch.aten.masked_fill.Scalar %[[C]], %[[Z]]
+# CHECK: torch.aten.div.Tensor_mode %[[S]], %[[C1]], %{{.*}} : {{.*}} -> !torch.vtensor<[4],si64>
+# CHECK: return
+
+run("var_mean$bfloat16", [([4, 6], "bfloat16")], "aten.var_mean.correction", [inp(0), [1]],
+    [([4], "bfloat16"), ([4], "bfloat16")])
+# CHECK-LABEL: TEST: var_mean$bfloat16
+# CHECK: %[[X:.*]] = torch.aten._to_copy %arg0, {{.*}} -> !torch.vtensor<[4,6],f32>
+# CHECK: %[[V:[^,]*]], %[[M:[^,]*]] = torch.aten.var_mean.correction %[[X]]
+# CHECK-DAG: torch.aten._to_copy %[[V]], {{.*}} -> !torch.vtensor<[4],bf16>
+# CHECK-DAG: torch.aten._to_copy %[[M]], {{.*}} -> !torch.vtensor<[4],bf16>
+# CHECK: return
+
+run("reciprocal$int64", [([4], "int64")], "aten.reciprocal.default", [inp(0)], ([4], "float32"))
+# CHECK-LABEL: TEST: reciprocal$int64
+# CHECK: %[[X:.*]] = torch.aten._to_copy %arg0, {{.*}} -> !torch.vtensor<[4],f32>
+# CHECK: %[[ONE:.*]] = torch.aten.full_like %[[X]]
+# CHECK: %[[R:.*]] = torch.aten.div.Tensor %[[ONE]], %[[X]]
+# CHECK-NOT: torch.aten.reciprocal
 # CHECK: return %[[R]]
