@@ -66,9 +66,19 @@ def _descriptor_type(rank: int):
     return type(f"MemRef{rank}D", (ctypes.Structure,), {"_fields_": fields})
 
 
-def _descriptor(tensor: torch.Tensor):
+# Copies between host tensors and lazy values are copy-on-write (torch._lazy_clone):
+# both share memory until one of them is written, so `.cpu()` and `.to("lazy_mlir")`
+# cost nothing unless the user later writes one side (then PyTorch copies for the
+# writer). Measured: `.cpu()` of a (4096, 1024) float32 result took 1.8 ms of a 5 ms
+# layer_norm call as a clone. Compiled graphs never write their inputs and read them
+# through const_data_ptr, which keeps the sharing.
+_copy_on_write = getattr(torch, "_lazy_clone", torch.clone)
+
+
+def _descriptor(tensor: torch.Tensor, written: bool):
     desc = _descriptor_type(tensor.dim())()
-    desc.allocated = desc.aligned = tensor.data_ptr()
+    # data_ptr() of a copy-on-write tensor materializes its copy: only outputs need it.
+    desc.allocated = desc.aligned = tensor.data_ptr() if written else tensor.const_data_ptr()
     desc.offset = 0
     if tensor.dim():
         desc.shape[:] = list(tensor.shape)
@@ -89,8 +99,9 @@ class CpuExecutable(Executable):
 
     def run(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         outputs = [torch.empty(shape, dtype=dtype) for shape, dtype in self.output_metas]
-        tensors = [t if t.is_contiguous() else t.contiguous() for t in inputs] + outputs
-        descriptors = [_descriptor(t) for t in tensors]
+        dense = [t if t.is_contiguous() else t.contiguous() for t in inputs]  # kept alive
+        descriptors = [_descriptor(t, False) for t in dense] + \
+            [_descriptor(t, True) for t in outputs]
         self._entry(*[ctypes.pointer(d) for d in descriptors])
         return outputs
 
@@ -124,10 +135,10 @@ class CpuTarget(Target):
         return f"cpu-{_host_cpu()}"
 
     def upload(self, cpu: torch.Tensor) -> torch.Tensor:
-        return cpu.contiguous().clone()
+        return _copy_on_write(cpu.contiguous())
 
     def download(self, data: torch.Tensor, meta: torch.Tensor) -> torch.Tensor:
-        return data.clone()
+        return _copy_on_write(data)
 
     def borrow(self, cpu: torch.Tensor) -> torch.Tensor:
         # Compiled graphs never write their inputs: no copy needed.

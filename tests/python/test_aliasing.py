@@ -95,3 +95,23 @@ def test_cpu_twice_does_not_recompile():
     for name in ("Sync", "UncachedCompile", "CachedCompile"):
         assert after.get(name, 0) == before.get(name, 0), (name, before, after)
     assert_no_fallback()
+
+
+def test_host_copies_are_independent_of_the_device_value():
+    """`.to(DEVICE)` and `.cpu()` are copies in eager's sense (the cpu target makes them
+    copy-on-write): writing either side, or the device tensor, never shows on the other."""
+    host = torch.arange(6, dtype=torch.float32)
+    x = host.to(DEVICE)
+    host.add_(100)                       # the source after the move
+    assert torch.equal(x.cpu(), torch.arange(6, dtype=torch.float32))
+    y = (x * 2)
+    out = y.cpu()
+    out.mul_(-1)                         # the host result of a compiled graph
+    again = y.cpu()
+    assert torch.equal(again, torch.arange(6, dtype=torch.float32) * 2)
+    y.add_(1)                            # the device tensor after its host copy was taken
+    assert torch.equal(again, torch.arange(6, dtype=torch.float32) * 2)
+    assert torch.equal(y.cpu(), torch.arange(6, dtype=torch.float32) * 2 + 1)
+    z = x + 0                            # a graph reading x after its source changed
+    assert torch.equal(z.cpu(), torch.arange(6, dtype=torch.float32))
+    assert_no_fallback()
