@@ -258,10 +258,15 @@ def _block_bench(reps: int, inductor: bool) -> Row:
     return row
 
 
+def _selected(name: str, only: str) -> bool:
+    """`--only a,b`: workloads whose name contains any of the parts (all when empty)."""
+    return not only or any(part and part in name for part in only.split(","))
+
+
 def run(reps: int, inductor: bool, sizes: list[int], only: str = "") -> list[Row]:
     torch.manual_seed(0)
     rows = []
-    for n in sizes if "matmul".startswith(only) or only in "matmul" else []:
+    for n in sizes if _selected(f"matmul {sizes}", only) else []:
         a, b = torch.randn(n, n), torch.randn(n, n)
         rows.append(_function_bench(f"matmul {n}^3", _matmul, [a, b], reps, inductor,
                                     flops=2.0 * n ** 3))
@@ -273,13 +278,13 @@ def run(reps: int, inductor: bool, sizes: list[int], only: str = "") -> list[Row
          [torch.randn(4096, 1024), torch.randn(1024), torch.randn(1024)]),
     ]
     for name, fn, args in work:
-        if only not in name:
+        if not _selected(name, only):
             continue
         rows.append(_function_bench(name, fn, args, reps, inductor))
         print(_format_row(rows[-1]), flush=True)
     for name, bench in (("mlp", _mlp_bench), ("gpt", _gpt_bench),
                         ("transformer block", _block_bench)):
-        if only in name:
+        if _selected(name, only):
             rows.append(bench(reps, inductor))
             print(_format_row(rows[-1]), flush=True)
     return rows
@@ -377,7 +382,9 @@ def main(argv=None) -> int:
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--inductor", action="store_true",
                         help="add torch.compile (inductor) columns (slow cold compiles)")
-    parser.add_argument("--only", default="", help="run only workloads whose name contains this")
+    parser.add_argument("--only", default="",
+                        help="run only workloads whose name contains one of these "
+                        "(comma separated)")
     parser.add_argument("--commit", help="name the measured code's commit (default: git HEAD of "
                         "the imported lazymlir)")
     parser.add_argument("--sizes", default="256,512,1024",
