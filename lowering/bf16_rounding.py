@@ -15,13 +15,7 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import arith
 
-
-def _walk(op: ir.Operation, visit) -> None:
-    visit(op)
-    for region in op.regions:
-        for block in region.blocks:
-            for nested in block.operations:
-                _walk(nested.operation, visit)
+from .i1_storage import walk
 
 
 def _element(t: ir.Type) -> ir.Type:
@@ -45,7 +39,7 @@ def split_double_to_bfloat16(module: ir.Module) -> None:
                 and isinstance(_element(op.operands[0].type), ir.F64Type):
             found.append(op)
 
-    _walk(module.operation, collect)
+    walk(module.operation, collect)
     for op in found:
         source = op.operands[0]
         f32 = _with_element(source.type, ir.F32Type.get())

@@ -66,12 +66,13 @@ def _as_bytes(t: ir.Type) -> ir.Type:
     return ir.UnrankedMemRefType.get(i8, t.memory_space)
 
 
-def _walk(op: ir.Operation, visit) -> None:
+def walk(op: ir.Operation, visit) -> None:
+    """Call `visit` on `op` and every op nested in it, parents first."""
     visit(op)
     for region in op.regions:
         for block in region.blocks:
             for nested in block.operations:
-                _walk(nested.operation, visit)
+                walk(nested.operation, visit)
 
 
 def store_bools_as_bytes(module: ir.Module) -> None:
@@ -97,7 +98,7 @@ def store_bools_as_bytes(module: ir.Module) -> None:
                 values.extend(a for a in block.arguments if _i1_memref(a.type))
 
     with module.context, ir.Location.unknown():
-        _walk(module.operation, collect)
+        walk(module.operation, collect)
         if not values and not globals_:
             return
         for op, _ in touching:
