@@ -155,17 +155,22 @@ def test_case_matches_eager(name, runtime, traced):
 def test_block_order_does_not_matter(name, runtime, traced):
     """Blocks run last to first: same results (the atomics are order independent up
     to float rounding)."""
-    fx_text = traced[name][0]
+    assert_matches_with_blocks_reversed(runtime, traced[name][0], emulator_cases.CASES[name][2],
+                                        seed=1, what=name)
+
+
+def assert_matches_with_blocks_reversed(runtime, fx_text: str, sample, seed: int, what: str):
+    """Runs the graph on the emulator with every grid's blocks last to first, against eager."""
     graph = fx_graph.loads(fx_text)
     plan_text, kernels = compile_for_emulator(fx_text)
-    tensors, scalars = _inputs(graph, emulator_cases.CASES[name][2], seed=1)
+    tensors, scalars = _inputs(graph, sample, seed=seed)
     want = _eager(graph, tensors, scalars)
     cuda_driver.emulator.set_reverse_blocks(True)
     try:
         got = run_on_emulator(runtime, graph, plan_text, kernels, tensors, scalars)
     finally:
         cuda_driver.emulator.set_reverse_blocks(False)
-    assert_matches(got, want, f"{name} reversed")
+    assert_matches(got, want, f"{what} reversed")
 
 
 def test_slice_view_plan_passes_base_pointer(traced):

@@ -26,6 +26,7 @@ from test_cuda_emulator import (  # noqa: E402
     _inputs,
     _runtime_or_skip,
     assert_matches,
+    assert_matches_with_blocks_reversed,
     compile_for_emulator,
     run_on_emulator,
     trace_cases,
@@ -75,17 +76,8 @@ def test_matches_eager_on_emulator(name, runtime, traced):
 
 @pytest.mark.parametrize("name", ["row_sum_split", "full_sum", "row_amax"])
 def test_block_order_does_not_matter(name, runtime, traced):
-    fx_text = traced[name][0]
-    graph = fx_graph.loads(fx_text)
-    plan_text, kernels = compile_for_emulator(fx_text)
-    tensors, scalars = _inputs(graph, CASES[name][2], seed=3)
-    want = _eager(graph, tensors, scalars)
-    cuda_driver.emulator.set_reverse_blocks(True)
-    try:
-        got = run_on_emulator(runtime, graph, plan_text, kernels, tensors, scalars)
-    finally:
-        cuda_driver.emulator.set_reverse_blocks(False)
-    assert_matches(got, want, f"{name} reversed")
+    assert_matches_with_blocks_reversed(runtime, traced[name][0], CASES[name][2], seed=3,
+                                        what=name)
 
 
 @pytest.mark.parametrize("name", gpu_kernel_cases.MATMULS)
