@@ -114,10 +114,15 @@ def _compile(gm: torch.fx.GraphModule, example_inputs):
     metas = fx_graph.output_metas(graph)  # once: run() is on every step's path
 
     devices = _output_devices(gm)
+    # Dynamo guards on every input's device: the devices seen now are the devices of
+    # every call, so they are checked once, here.
+    _check_devices(example_inputs, target)
+    borrowed_constants = [target.borrow(c) for c in constants]
+    borrow = target.borrow
 
     def run(args):
-        _check_devices(args, target)
-        inputs = [target.borrow(a) for a in args] + [target.borrow(c) for c in constants]
+        inputs = [borrow(a) for a in args]
+        inputs += borrowed_constants
         args.clear()  # boxed calling convention: let AOTAutograd free what it can
         outs = executor.execute(graph, inputs, [], key=key)
         outs = [target.give_back(o, metas[i], devices[i]) for i, o in enumerate(outs)]

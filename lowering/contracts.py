@@ -19,11 +19,11 @@ ALLOWED_DIALECTS: dict[str, frozenset[str]] = {
                          "complex", "affine", "ml_program", "bufferization"}),
     "bufferized": frozenset({"builtin", "func", "linalg", "memref", "arith", "math", "scf", "cf",
                              "complex", "affine", "ml_program", "bufferization"}),
-    # vector: what lowering/cpu_schedule.py tiled and vectorized; async: the
-    # parallel loops (lowering/cpu_parallel.py) as async runtime calls.
+    # vector: what lowering/cpu_schedule.py tiled and vectorized; omp: the
+    # parallel loops (lowering/cpu_parallel.py) as OpenMP regions.
     "loops": frozenset({"builtin", "func", "memref", "arith", "math", "scf", "cf", "affine",
-                        "ml_program", "vector", "ub", "async"}),
-    "llvm": frozenset({"builtin", "llvm"}),
+                        "ml_program", "vector", "ub", "omp"}),
+    "llvm": frozenset({"builtin", "llvm", "omp"}),
 }
 
 # Single ops allowed on top of the dialects above. `linalg`: the loops that

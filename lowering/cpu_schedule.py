@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import cpu_parallel
 from .mlir_runner import PipelineFailure
 
 TAG = "lazymlir.schedule"
@@ -40,7 +41,7 @@ CACHE_M, CACHE_N, CACHE_K = 64, 256, 256
 # their M blocks on all cores: ~200 us of work on one core. Below, waking
 # and waiting for the other thread costs too much of the gain (an MLP step's
 # 512x256x64 weight gradients ran 4x slower threaded on a loaded machine).
-MIN_PARALLEL_FLOPS = 32 * 1024 * 1024
+MIN_PARALLEL_FLOPS = 2 * 1024 * 1024
 
 # Reduction step of an innermost-dim reduction: the largest of these dividing
 # the reduced extent. One step is one vector of up to 256 elements (16 AVX-512
@@ -48,6 +49,16 @@ MIN_PARALLEL_FLOPS = 32 * 1024 * 1024
 # scalar accumulator: one dependent accumulator update per 256 elements
 # instead of per 16 (the horizontal-reduce latency dominated row reductions).
 REDUCTION_TILES = (256, 128, 64, 32, 16, 8)
+
+# Blocks an op's outermost loop is split into when it runs on all cores: the
+# static schedule hands each thread a contiguous run of them, so more blocks
+# than threads only evens out the split.
+PARALLEL_BLOCKS = 16
+
+# Tile edges of a transpose (per dim, the largest dividing it; other sizes keep
+# the scalar loops): a 16 x 16 float32 tile is 16 AVX-512 registers, transposed
+# by the 16 x 16 shuffle network (`lower_transpose` "shuffle_16x16").
+TRANSPOSE_TILES = (16, 8)
 
 
 @dataclass
@@ -127,14 +138,14 @@ def _contraction_plan(op, index: int) -> Plan | None:
     script = ""
     # Large enough: the M blocks (and batches) are an scf.forall, which runs
     # on all cores (cpu_parallel); the rest of the schedule is per block.
-    if nbatch * m * n * k >= MIN_PARALLEL_FLOPS and nbatch * (m // cm) >= 2:
-        outer_par = batch + [cm, 0, 0]
+    if nbatch * m * n * k >= MIN_PARALLEL_FLOPS and nbatch * (m // cm) * (n // cn) >= 2:
+        outer_par = batch + [cm, cn, 0]
         script += (
             f"    %p{index}, %pl{index} = transform.structured.tile_using_forall {h} "
             f"tile_sizes {outer_par} : (!transform.any_op) -> (!transform.any_op, "
             "!transform.any_op)\n")
         h = f"%p{index}"
-        outer = [0] * len(batch) + [0, cn, ck]
+        outer = [0] * len(batch) + [0, 0, ck]
     else:
         outer = batch + [cm, cn, ck]
     inner = batch + [rm, rn, rk]
@@ -197,6 +208,75 @@ def _innermost_reduction_plan(op, index: int) -> Plan | None:
         return None
     tiles = [1] * (rank - 1) + [rk]
     handles = ", ".join(["!transform.any_op"] * (rank + 1))
+    script, h = _parallel_outer_blocks(f"%op{index}", index, loop_sizes, iterators)
+    script += (
+        f"    %r{index}, %rl{index}:{rank} = transform.structured.tile_using_for {h} "
+        f"tile_sizes {tiles} : (!transform.any_op) -> ({handles})\n"
+        f"    transform.structured.vectorize %r{index} : !transform.any_op\n"
+    )
+    return Plan(index, script)
+
+
+def _parallel_outer_blocks(handle: str, index: int, loop_sizes: list[int],
+                           iterators: list[str]) -> tuple[str, str]:
+    """(transform ops, handle of the op inside): the op's outermost loop split into up to
+    PARALLEL_BLOCKS blocks of an scf.forall (cpu_parallel: they run on all cores) when
+    the op's iterations are at least MIN_PARALLEL_ELEMENTS; ("", handle) otherwise."""
+    total = 1
+    for extent in loop_sizes:
+        total *= extent
+    if total < cpu_parallel.MIN_PARALLEL_ELEMENTS or loop_sizes[0] < 2 or \
+            "parallel" not in iterators[0]:
+        return "", handle
+    blocks = min(loop_sizes[0], PARALLEL_BLOCKS)
+    block = -(-loop_sizes[0] // blocks)
+    tiles = [block] + [0] * (len(loop_sizes) - 1)
+    return (f"    %b{index}, %bl{index} = transform.structured.tile_using_forall {handle} "
+            f"tile_sizes {tiles} : (!transform.any_op) -> (!transform.any_op, "
+            f"!transform.any_op)\n"), f"%b{index}"
+
+
+def _parallel_elementwise_plan(op, index: int) -> Plan | None:
+    """Split a large all-parallel generic (an elementwise chain, a broadcast) into blocks
+    of its outermost loop run on all cores, like eager's parallel TensorIterator loops;
+    the blocks stay scalar loops that LLVM vectorizes."""
+    if op.operation.name != "linalg.generic":
+        return None
+    iterators = [str(it) for it in op.operation.attributes["iterator_types"]]
+    if not iterators or any("parallel" not in it for it in iterators):
+        return None
+    loop_sizes = _loop_sizes(op, len(iterators))
+    if loop_sizes is None:
+        return None
+    script, handle = _parallel_outer_blocks(f"%op{index}", index, loop_sizes, iterators)
+    return Plan(index, script) if script else None
+
+
+def _transpose_plan(op, index: int) -> Plan | None:
+    """Vectorize a transpose of the two innermost dims (a Linear's weight W.t(), q @ k.t()).
+
+    As scalar loops, one of the two sides is read or written with a large stride,
+    one element at a time: W.t() of a 512 x 256 float32 weight took ~120 us, as
+    long as the matmul using it (MLP step, x @ W.t() against x @ W). Tiles of
+    up to 16 x 16 elements (TRANSPOSE_TILES) are instead read as whole rows
+    (vectors), transposed in registers (shuffles) and written as whole rows.
+    """
+    if op.operation.name != "linalg.transpose":
+        return None
+    permutation = [int(p) for p in op.operation.attributes["permutation"]]
+    rank = len(permutation)
+    if rank < 2 or permutation != list(range(rank - 2)) + [rank - 1, rank - 2]:
+        return None
+    operands = list(op.operation.operands)
+    if not all(_is_f32(v.type) for v in operands):
+        return None
+    shape = _static_shape(operands[1].type)
+    if shape is None:
+        return None
+    tiles = [1] * (rank - 2) + [_largest_divisor(d, TRANSPOSE_TILES) for d in shape[-2:]]
+    if 1 in tiles[-2:]:
+        return None
+    handles = ", ".join(["!transform.any_op"] * (rank + 1))
     script = (
         f"    %r{index}, %rl{index}:{rank} = transform.structured.tile_using_for %op{index} "
         f"tile_sizes {tiles} : (!transform.any_op) -> ({handles})\n"
@@ -221,7 +301,8 @@ def _loop_sizes(op, rank: int) -> list[int] | None:
     return sizes
 
 
-STRATEGIES = (_contraction_plan, _innermost_reduction_plan)
+STRATEGIES = (_contraction_plan, _innermost_reduction_plan, _transpose_plan,
+              _parallel_elementwise_plan)
 
 # After the per-op steps, on the whole function: turn the vectorized
 # matmuls into vector.contract, CSE (so a transfer pair has equal indices),
@@ -240,6 +321,7 @@ _FINISH = """
       transform.apply_patterns.vector.lower_contraction lowering_strategy = "outerproduct"
       transform.apply_patterns.vector.lower_outerproduct
       transform.apply_patterns.vector.lower_multi_reduction lowering_strategy = "innerreduction"
+      transform.apply_patterns.vector.lower_transpose lowering_strategy = "shuffle_16x16"
       transform.apply_patterns.vector.cast_away_vector_leading_one_dim
       transform.apply_patterns.vector.transfer_permutation_patterns
       transform.apply_patterns.vector.lower_transfer max_transfer_rank = 1

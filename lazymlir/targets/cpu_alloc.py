@@ -34,10 +34,7 @@ block to the system.
 
 from __future__ import annotations
 
-import hashlib
 import os
-import subprocess
-import tempfile
 from pathlib import Path
 
 from ..support import toolchain
@@ -175,24 +172,9 @@ LIBRARY_STEM = "liblazymlir_cpu_alloc"
 
 def library_name() -> str:
     """The library's file name: a hash of its source, so an edited allocator is rebuilt."""
-    return f"{LIBRARY_STEM}-{hashlib.sha256(SOURCE.encode()).hexdigest()[:12]}.so"
+    return toolchain.library_name(LIBRARY_STEM, SOURCE)
 
 
 def build(directory: str | os.PathLike) -> Path:
-    """directory/<library_name()>, compiled if it is not there yet (atomic: concurrent
-    processes each build a private file and rename it into place)."""
-    directory = Path(directory)
-    target = directory / library_name()
-    if target.exists():
-        return target
-    directory.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=directory, prefix=".alloc-") as scratch:
-        source = Path(scratch) / "cpu_alloc.c"
-        source.write_text(SOURCE)
-        built = Path(scratch) / target.name
-        done = subprocess.run([toolchain.c_compiler(), "-O2", "-shared", "-fPIC", "-pthread",
-                               str(source), "-o", str(built)], capture_output=True, text=True)
-        if done.returncode != 0:
-            raise RuntimeError(f"building the CPU allocator failed: {done.stderr.strip()[:2000]}")
-        os.replace(built, target)
-    return target
+    """directory/<library_name()>, compiled if it is not there yet."""
+    return toolchain.build_c_library(SOURCE, LIBRARY_STEM, directory, ("-pthread",))

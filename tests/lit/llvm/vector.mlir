@@ -47,10 +47,13 @@ module {
     return
   }
 }
-// A parallel loop (lowering/cpu_parallel.py) becomes calls into the async
-// runtime library (libmlir_async_runtime, linked by cpu_codegen).
+// A parallel loop (lowering/cpu_parallel.py) stays an OpenMP region with LLVM
+// types: mlir-translate outlines it into __kmpc_fork_call/static-schedule calls,
+// which lazymlir/targets/cpu_threads.py implements on PyTorch's libgomp.
 // CHECK-LABEL: llvm.func @mm$threads(
-// CHECK: llvm.call @mlirAsyncRuntimGetNumWorkerThreads()
-// CHECK: llvm.call @mlirAsyncRuntimeCreateGroup
-// CHECK: llvm.call @mlirAsyncRuntimeAwaitAllInGroup
+// CHECK: omp.parallel {
+// CHECK: omp.wsloop {
+// CHECK: omp.loop_nest
+// CHECK: llvm.intr.fmuladd
+// CHECK: omp.terminator
 // CHECK: llvm.return

@@ -14,21 +14,19 @@ module {
 }
 // Cache tiles of 64 x 256 x 256 (M x N x K) around 8 x 32 register tiles
 // over 4 steps of K; the 8 x 32 accumulator stays in registers across K.
-// Large enough for threads (cpu_parallel): the 64-row blocks are async tasks
-// running an outlined body.
+// Large enough for threads (cpu_parallel): the 2 x 2 blocks of 64 rows and 256
+// columns are the iterations of an OpenMP worksharing loop (run on PyTorch's
+// OpenMP threads).
 // CHECK-LABEL: func.func @mm$tiled
-// CHECK: async.runtime.num_worker_threads
-// CHECK: call @async_dispatch_fn
-// CHECK: async.runtime.await
-// CHECK: return
-// CHECK-LABEL: func.func private @parallel_compute_fn
-// CHECK-SAME: %[[C:[a-z0-9]*]]: memref<128x512xf32>, %[[A:[a-z0-9]*]]: memref<128x512xf32>, %[[B:[a-z0-9]*]]: memref<512x512xf32>) {
+// CHECK-SAME: (%[[A:[a-z0-9]*]]: memref<128x512xf32>, %[[B:[a-z0-9]*]]: memref<512x512xf32>, %[[C:[a-z0-9]*]]: memref<128x512xf32>) {
+// CHECK-DAG: %[[C2:.*]] = arith.constant 2 : index
 // CHECK-DAG: %[[C4:.*]] = arith.constant 4 : index
 // CHECK-DAG: %[[C8:.*]] = arith.constant 8 : index
 // CHECK-DAG: %[[C32:.*]] = arith.constant 32 : index
 // CHECK-DAG: %[[C256:.*]] = arith.constant 256 : index
-// CHECK: scf.for
-// CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %[[C256]] {
+// CHECK: omp.parallel {
+// CHECK: omp.wsloop {
+// CHECK: omp.loop_nest (%{{.*}}, %{{.*}}) : index = (%{{.*}}, %{{.*}}) to (%[[C2]], %[[C2]]) step (%{{.*}}, %{{.*}}) collapse(2) {
 // CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %[[C256]] {
 // CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %[[C8]] {
 // CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %[[C32]] {
@@ -54,13 +52,13 @@ module {
 // Too small to pay for a dispatch to another thread: the same tiles, in order.
 // CHECK-LABEL: func.func @mm$small
 // CHECK-SAME: (%[[A:.*]]: memref<64x64xf32>, %[[B:.*]]: memref<64x64xf32>, %[[C:.*]]: memref<64x64xf32>) {
-// CHECK-NOT: async
+// CHECK-NOT: omp.
 // CHECK: scf.for
 // CHECK: %[[ACC:.*]] = vector.transfer_read %[[C]]{{.*}} : memref<64x64xf32>, vector<8x32xf32>
 // CHECK: scf.for {{.*}} iter_args(%{{.*}} = %[[ACC]]) -> (vector<8x32xf32>) {
 // CHECK-COUNT-32: vector.fma %{{.*}}, %{{.*}}, %{{.*}} : vector<32xf32>
 // CHECK: vector.transfer_write
-// CHECK-NOT: async
+// CHECK-NOT: omp.
 // CHECK: return
 
 // -----
@@ -101,4 +99,80 @@ module {
 // CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %[[C256]] {
 // CHECK: vector.load %{{.*}} : memref<1x256xf32, strided<[1024, 1], offset: ?>>, vector<256xf32>
 // CHECK: vector.reduction <maximumf>, %{{.*}}, %{{.*}} : vector<256xf32> into f32
+// CHECK: return
+
+// -----
+
+// lazymlir-stage: bufferized
+module {
+  func.func @transpose$tiled(%arg0: memref<512x256xf32>, %arg1: memref<256x512xf32>) {
+    linalg.transpose ins(%arg0 : memref<512x256xf32>) outs(%arg1 : memref<256x512xf32>) permutation = [1, 0]
+    return
+  }
+}
+// A transpose of the innermost dims (a Linear's W.t()): 16 x 16 tiles read as
+// 16 rows of 16 contiguous floats, transposed in registers by shuffles, written
+// as 16 rows (not one strided element at a time).
+// CHECK-LABEL: func.func @transpose$tiled
+// CHECK-SAME: (%[[IN:.*]]: memref<512x256xf32>, %[[OUT:.*]]: memref<256x512xf32>) {
+// CHECK-DAG: %[[C16:.*]] = arith.constant 16 : index
+// CHECK: scf.for %[[I:.*]] = %{{.*}} to %{{.*}} step %[[C16]] {
+// CHECK: scf.for %[[J:.*]] = %{{.*}} to %{{.*}} step %[[C16]] {
+// CHECK: %[[SRC:.*]] = memref.subview %[[IN]][%[[J]], %[[I]]] [16, 16] [1, 1]
+// CHECK: %[[DST:.*]] = memref.subview %[[OUT]][%[[I]], %[[J]]] [16, 16] [1, 1]
+// CHECK: vector.transfer_read %[[SRC]]{{.*}} : memref<16x16xf32, strided<[256, 1], offset: ?>>, vector<16x16xf32>
+// CHECK-COUNT-64: vector.shuffle
+// CHECK: vector.transfer_write %{{.*}}, %[[DST]]{{.*}} : vector<16x16xf32>, memref<16x16xf32, strided<[512, 1], offset: ?>>
+// CHECK-NOT: linalg.transpose
+// CHECK: return
+
+// -----
+
+// lazymlir-stage: bufferized
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#map1 = affine_map<(d0, d1) -> (d0)>
+module {
+  func.func @exp$threads(%arg0: memref<512x256xf32>, %arg1: memref<512x256xf32>) {
+    linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]} ins(%arg0 : memref<512x256xf32>) outs(%arg1 : memref<512x256xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %0 = math.exp %in : f32
+      linalg.yield %0 : f32
+    }
+    return
+  }
+  func.func @rowsum$threads(%arg0: memref<512x256xf32>, %arg1: memref<512xf32>) {
+    linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["parallel", "reduction"]} ins(%arg0 : memref<512x256xf32>) outs(%arg1 : memref<512xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %0 = arith.addf %in, %out : f32
+      linalg.yield %0 : f32
+    }
+    return
+  }
+  func.func @exp$small(%arg0: memref<64x256xf32>, %arg1: memref<64x256xf32>) {
+    linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]} ins(%arg0 : memref<64x256xf32>) outs(%arg1 : memref<64x256xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %0 = math.exp %in : f32
+      linalg.yield %0 : f32
+    }
+    return
+  }
+}
+// At least 64K elements (cpu_parallel.MIN_PARALLEL_ELEMENTS): the outermost loop
+// is split into 16 blocks of 32 rows, the iterations of an OpenMP loop.
+// CHECK-LABEL: func.func @exp$threads
+// CHECK-DAG: %[[C16:.*]] = arith.constant 16 : index
+// CHECK: omp.parallel {
+// CHECK: omp.loop_nest (%[[B:.*]]) : index = (%{{.*}}) to (%[[C16]])
+// CHECK: memref.subview %{{.*}}[%{{.*}}, 0] [32, 256] [1, 1]
+// CHECK: math.exp
+// CHECK: omp.terminator
+// The row reduction keeps its vectorized rows inside the blocks.
+// CHECK-LABEL: func.func @rowsum$threads
+// CHECK: omp.parallel {
+// CHECK: omp.loop_nest (%{{.*}}) : index = (%{{.*}}) to (%{{.*}})
+// CHECK: vector.reduction <add>, %{{.*}}, %{{.*}} : vector<256xf32> into f32
+// CHECK: omp.terminator
+// 16K elements: in order on the calling thread.
+// CHECK-LABEL: func.func @exp$small
+// CHECK-NOT: omp.
 // CHECK: return

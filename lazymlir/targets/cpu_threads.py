@@ -1,0 +1,185 @@
+"""Threads for compiled CPU graphs: their parallel loops run on PyTorch's own OpenMP pool.
+
+Why one pool: PyTorch's CPU kernels run on GNU OpenMP (libgomp, shipped in the
+torch wheel), whose idle workers spin for a while after each parallel region.
+Compiled graphs used to run their parallel loops on a second pool (MLIR's async
+runtime). On a machine with as many cores as threads, the two pools took the
+cores from each other: a torch.compile(backend="lazymlir") GPT step spent 31% of
+its perf samples in libgomp's spin loop, and its step took 127 ms against 68 ms
+with GOMP_SPINCOUNT=0 (docs/cpu-performance.md). On one pool, a compiled loop
+wakes the very threads an eager op just used, while they still spin: a dispatch
+costs microseconds, so smaller loops pay for threads too.
+
+How: lowering/cpu_parallel.py lowers parallel loops with upstream MLIR's OpenMP
+path (`convert-scf-to-openmp`, then LLVM's OpenMPIRBuilder), which emits calls to
+the `__kmpc_*` entry points of LLVM's libomp. No pip package here ships libomp,
+and libgomp has no `__kmpc_*` ABI, so this library implements the few entry
+points that code uses (cpu_parallel.OPENMP_ENTRY_POINTS) on top of libgomp's
+`GOMP_parallel` and `GOMP_barrier`: a fork runs the outlined region on the team
+of the calling thread (its size is PyTorch's `torch.get_num_threads()`, which
+sets the OpenMP thread count), a static loop schedule splits the iterations into
+one balanced contiguous block per thread.
+
+Which libgomp: the one already loaded into the process (found in
+/proc/self/maps), whose functions are handed to the library by address, so the
+graphs share PyTorch's pool even where the system has another libgomp. Without
+one (a PyTorch built without OpenMP), `available()` is false and the same code
+runs on the calling thread alone: the fork calls the region once, with a team of
+one that takes every iteration.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from pathlib import Path
+
+from ..support import toolchain
+
+SOURCE = r"""
+#include <stdarg.h>
+#include <stdint.h>
+
+typedef struct ident ident_t;  /* source location: unused */
+typedef void (*microtask_t)(int32_t *gtid, int32_t *btid, ...);
+
+static void (*gomp_parallel)(void (*)(void *), void *, unsigned, unsigned);
+static void (*gomp_barrier)(void);
+static int (*thread_num)(void);
+static int (*num_threads)(void);
+static uint64_t forks;
+
+/* Binds the OpenMP runtime PyTorch uses (all four, or none: a team of one). */
+void lazymlir_threads_bind(void *parallel, void *barrier, void *get_thread_num,
+                           void *get_num_threads) {
+  gomp_parallel = (void (*)(void (*)(void *), void *, unsigned, unsigned))parallel;
+  gomp_barrier = (void (*)(void))barrier;
+  thread_num = (int (*)(void))get_thread_num;
+  num_threads = (int (*)(void))get_num_threads;
+}
+
+uint64_t lazymlir_threads_forks(void) { return __atomic_load_n(&forks, __ATOMIC_RELAXED); }
+
+static int32_t self(void) { return thread_num ? thread_num() : 0; }
+static int32_t team(void) { return num_threads ? num_threads() : 1; }
+
+#define MAX_ARGS 16
+typedef struct {
+  microtask_t fn;
+  int32_t argc;
+  void *args[MAX_ARGS];
+} Fork;
+
+static void run_region(void *data) {
+  Fork *f = (Fork *)data;
+  int32_t gtid = self(), btid = gtid;
+  void **a = f->args;
+  switch (f->argc) {
+    case 0: f->fn(&gtid, &btid); break;
+    case 1: f->fn(&gtid, &btid, a[0]); break;
+    case 2: f->fn(&gtid, &btid, a[0], a[1]); break;
+    case 3: f->fn(&gtid, &btid, a[0], a[1], a[2]); break;
+    case 4: f->fn(&gtid, &btid, a[0], a[1], a[2], a[3]); break;
+    case 5: f->fn(&gtid, &btid, a[0], a[1], a[2], a[3], a[4]); break;
+    case 6: f->fn(&gtid, &btid, a[0], a[1], a[2], a[3], a[4], a[5]); break;
+    case 7: f->fn(&gtid, &btid, a[0], a[1], a[2], a[3], a[4], a[5], a[6]); break;
+    case 8: f->fn(&gtid, &btid, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]); break;
+    default:
+      f->fn(&gtid, &btid, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10],
+            a[11], a[12], a[13], a[14], a[15]);
+  }
+}
+
+/* LLVM's OpenMPIRBuilder passes the region's captures as one struct pointer
+   (argc 1); more than MAX_ARGS is refused when the graph is linked
+   (lowering/cpu_codegen.py), so argc never exceeds it here. */
+void __kmpc_fork_call(ident_t *loc, int32_t argc, microtask_t fn, ...) {
+  Fork f;
+  f.fn = fn;
+  f.argc = argc;
+  va_list ap;
+  va_start(ap, fn);
+  for (int32_t i = 0; i < argc && i < MAX_ARGS; i++) f.args[i] = va_arg(ap, void *);
+  va_end(ap);
+  __atomic_add_fetch(&forks, 1, __ATOMIC_RELAXED);
+  if (gomp_parallel) gomp_parallel(run_region, &f, 0, 0);
+  else run_region(&f);
+}
+
+int32_t __kmpc_global_thread_num(ident_t *loc) { return self(); }
+
+void __kmpc_barrier(ident_t *loc, int32_t gtid) {
+  if (gomp_barrier) gomp_barrier();
+}
+
+void __kmpc_for_static_fini(ident_t *loc, int32_t gtid) {}
+
+/* Static schedule, one contiguous block per thread (chunk sizes are ignored: the
+   generated loops ask for the unchunked schedule). Bounds are inclusive; a thread
+   without iterations gets lower = upper + incr (an empty range). */
+#define STATIC_INIT(SUFFIX, T, UT, ST)                                                   \
+  void __kmpc_for_static_init_##SUFFIX(ident_t *loc, int32_t gtid, int32_t schedule,    \
+                                       int32_t *last, T *lower, T *upper, ST *stride,    \
+                                       ST incr, ST chunk) {                              \
+    UT trips;                                                                            \
+    if (incr > 0 ? *upper < *lower : *lower < *upper) trips = 0;                         \
+    else if (incr > 0) trips = ((UT)*upper - (UT)*lower) / (UT)incr + 1;                  \
+    else trips = ((UT)*lower - (UT)*upper) / (UT)(-incr) + 1;                              \
+    *stride = (ST)trips * incr;                                                          \
+    if (trips == 0) { *last = 0; return; }                                               \
+    UT n = (UT)team(), t = (UT)self();                                                   \
+    UT base = trips / n, extra = trips % n;                                              \
+    UT first = t * base + (t < extra ? t : extra);                                       \
+    UT count = base + (t < extra ? 1 : 0);                                               \
+    T begin = *lower;                                                                    \
+    if (count == 0) {                                                                    \
+      *last = 0;                                                                         \
+      *lower = *upper + incr;                                                            \
+      return;                                                                            \
+    }                                                                                    \
+    *lower = begin + (T)(first * (UT)incr);                                              \
+    *upper = *lower + (T)((count - 1) * (UT)incr);                                       \
+    *last = first + count == trips;                                                      \
+  }
+
+STATIC_INIT(4, int32_t, uint32_t, int32_t)
+STATIC_INIT(4u, uint32_t, uint32_t, int32_t)
+STATIC_INIT(8, int64_t, uint64_t, int64_t)
+STATIC_INIT(8u, uint64_t, uint64_t, int64_t)
+"""
+
+LIBRARY_STEM = "liblazymlir_cpu_threads"
+
+
+def build(directory: str | os.PathLike) -> Path:
+    """directory/<stem>-<hash>.so, compiled if it is not there yet."""
+    return toolchain.build_c_library(SOURCE, LIBRARY_STEM, directory)
+
+
+def loaded_libgomp() -> str | None:
+    """The path of the GNU OpenMP runtime loaded into this process (PyTorch's), if any."""
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.rsplit(None, 1)[-1] if "/" in line else ""
+                if os.path.basename(path).startswith("libgomp") and ".so" in path:
+                    return path
+    except OSError:
+        pass
+    return None
+
+
+def load(library: Path) -> tuple[ctypes.CDLL, str | None]:
+    """(the loaded library, the libgomp it runs on or None): loaded with RTLD_GLOBAL so
+    every graph's `__kmpc_*` calls bind to it."""
+    lib = ctypes.CDLL(str(library), mode=ctypes.RTLD_GLOBAL)
+    lib.lazymlir_threads_forks.restype = ctypes.c_uint64
+    gomp_path = loaded_libgomp()
+    if gomp_path is not None:
+        gomp = ctypes.CDLL(gomp_path)  # the handle of the copy already loaded
+        address = [ctypes.cast(getattr(gomp, name), ctypes.c_void_p)
+                   for name in ("GOMP_parallel", "GOMP_barrier", "omp_get_thread_num",
+                                "omp_get_num_threads")]
+        lib.lazymlir_threads_bind(*address)
+    return lib, gomp_path
+

@@ -1,0 +1,141 @@
+"""Parallel loops of compiled CPU graphs on PyTorch's OpenMP pool (targets/cpu_threads.py).
+
+The library's C functions are exercised in child processes (native code: a bug must not
+take the test session down): it defines every OpenMP entry point the generated code may
+call, and its static schedule splits any iteration space into one contiguous block per
+thread, covering every iteration once. Then through the device: a graph with a parallel
+loop forks onto libgomp's team and matches eager, also with one thread.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from conftest import DEVICE, assert_no_fallback, target_name
+
+from lazymlir.lowering import cpu_codegen, cpu_parallel
+from lazymlir.targets import cpu_threads
+
+pytestmark = pytest.mark.skipif(target_name() != "cpu", reason="the cpu target's threads")
+
+
+def _child(code: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_library_defines_every_entry_point_the_generated_code_calls(tmp_path):
+    library = cpu_threads.build(tmp_path)
+    done = subprocess.run(["nm", "-D", "--defined-only", str(library)], capture_output=True,
+                          text=True, check=True)
+    defined = {line.split()[-1] for line in done.stdout.splitlines() if line.strip()}
+    assert cpu_parallel.OPENMP_ENTRY_POINTS <= defined
+    assert f"#define MAX_ARGS {cpu_parallel.MAX_FORK_ARGS}" in cpu_threads.SOURCE
+
+
+# For each variant, team size and trip count: the [lower, upper] block each thread gets
+# (thread ids and team size come from Python callbacks bound in place of libgomp's).
+_SCHEDULE = """
+import ctypes, json, sys
+lib = ctypes.CDLL(sys.argv[1])
+state = {"tid": 0, "n": 1}
+TID = ctypes.CFUNCTYPE(ctypes.c_int)(lambda: state["tid"])
+NUM = ctypes.CFUNCTYPE(ctypes.c_int)(lambda: state["n"])
+lib.lazymlir_threads_bind(None, None, ctypes.cast(TID, ctypes.c_void_p),
+                          ctypes.cast(NUM, ctypes.c_void_p))
+out = []
+i32, u32, i64, u64 = ctypes.c_int32, ctypes.c_uint32, ctypes.c_int64, ctypes.c_uint64
+for suffix, T, ST in (("4", i32, i32), ("4u", u32, i32), ("8", i64, i64), ("8u", u64, i64)):
+    init = getattr(lib, "__kmpc_for_static_init_" + suffix)
+    init.argtypes = [ctypes.c_void_p, i32, i32, ctypes.POINTER(i32),
+                     ctypes.POINTER(T), ctypes.POINTER(T), ctypes.POINTER(ST), ST, ST]
+    for n in (1, 2, 3, 5):
+        for trips in (0, 1, 2, 3, 7, 12):
+            for start in (0, 5):
+                for tid in range(n):
+                    state.update(tid=tid, n=n)
+                    last, lo, hi, stride = ctypes.c_int32(9), T(start), T(start + trips - 1), ST(0)
+                    init(None, tid, 34, ctypes.byref(last), ctypes.byref(lo), ctypes.byref(hi),
+                         ctypes.byref(stride), 1, 0)
+                    out.append([suffix, n, trips, start, tid, lo.value, hi.value, last.value])
+print(json.dumps(out))
+"""
+
+
+def _wrap(value: int, suffix: str) -> int:
+    """The generated code's view of a bound: its trip count is (upper - lower + 1) in the
+    variant's width."""
+    bits = 32 if suffix.startswith("4") else 64
+    return value % (1 << bits)
+
+
+def test_static_schedule_gives_each_thread_one_block_covering_every_iteration(tmp_path):
+    done = _child(_SCHEDULE, str(cpu_threads.build(tmp_path)))
+    assert done.returncode == 0, done.stderr
+    blocks: dict[tuple, list] = {}
+    for suffix, n, trips, start, tid, lo, hi, last in json.loads(done.stdout):
+        blocks.setdefault((suffix, n, trips, start), []).append((tid, lo, hi, last))
+    assert len(blocks) == 4 * 4 * 6 * 2
+    for (suffix, n, trips, start), per_thread in blocks.items():
+        covered = []
+        lasts = 0
+        for _tid, lo, hi, last in per_thread:
+            count = _wrap(hi - lo + 1, suffix)  # what the generated loop runs
+            covered += [start + i for i in range(lo - start, lo - start + count)] if count else []
+            lasts += last
+            if count:
+                # balanced: block sizes differ by at most one
+                assert trips // n <= count <= trips // n + 1
+        assert sorted(covered) == list(range(start, start + trips)), (suffix, n, trips, start)
+        assert lasts == (1 if trips else 0)
+
+
+def test_graph_with_parallel_loop_forks_onto_torch_threads_and_matches_eager():
+    from lazymlir.targets import cpu
+
+    torch.manual_seed(0)
+    a, b = torch.randn(128, 512), torch.randn(512, 512)  # 2 blocks of 64 rows: threaded
+    before = cpu.threads_stats()
+    got = (a.to(DEVICE) @ b.to(DEVICE)).cpu()
+    assert_no_fallback()
+    stats = cpu.threads_stats()
+    assert stats["runtime"] is not None and "libgomp" in stats["runtime"]
+    assert stats["forks"] > (before["forks"] if before else 0)
+    torch.testing.assert_close(got, a @ b, rtol=1e-4, atol=1e-4)
+    threads = torch.get_num_threads()
+    try:  # a team of one runs every block on the calling thread
+        torch.set_num_threads(1)
+        got = (a.to(DEVICE) @ b.to(DEVICE) * 2).cpu()
+        assert_no_fallback()
+        torch.testing.assert_close(got, a @ b * 2, rtol=1e-4, atol=1e-4)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_a_graph_calling_an_openmp_function_the_runtime_lacks_is_refused_when_built():
+    ir = ("declare void @__kmpc_reduce_nowait(ptr, i32)\n"
+          "declare i32 @__kmpc_global_thread_num(ptr)\n")
+    with pytest.raises(RuntimeError, match="__kmpc_reduce_nowait"):
+        cpu_codegen._check_openmp_calls(ir)
+    many = "call void (ptr, i32, ptr, ...) @__kmpc_fork_call(ptr @1, i32 17, ptr @f, ptr %a)"
+    with pytest.raises(RuntimeError, match="17 arguments"):
+        cpu_codegen._check_openmp_calls(many)
+    cpu_codegen._check_openmp_calls("declare void @__kmpc_barrier(ptr, i32)\n")
+
+
+@pytest.mark.parametrize("shape", [(512, 256), (48, 80), (3, 4, 40, 24), (30, 50)])
+def test_transposes_match_eager(shape):
+    """The CPU schedule's transpose tiles (edges of 16 or 8; other sizes: loops)."""
+    torch.manual_seed(0)
+    w = torch.randn(shape)
+    x = torch.randn(7, shape[-1])
+    got = (x.to(DEVICE) @ w.to(DEVICE).transpose(-1, -2)).cpu()
+    transposed = w.to(DEVICE).transpose(-1, -2).contiguous().cpu()
+    assert_no_fallback()
+    torch.testing.assert_close(transposed, w.transpose(-1, -2).contiguous(), rtol=0, atol=0)
+    torch.testing.assert_close(got, x @ w.transpose(-1, -2), rtol=1e-4, atol=1e-4)
