@@ -352,7 +352,7 @@ class Module:
     def __del__(self):
         try:
             self.unload()
-        except CudaError:
+        except Exception:  # CudaError, or at interpreter exit: this module's globals gone
             pass
 
 
