@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import re
 
-from . import bf16_rounding, cpu_fusion, cpu_parallel, cpu_schedule, i1_storage
+from . import bf16_rounding, buffer_copies, cpu_fusion, cpu_parallel, cpu_schedule, i1_storage
 from .mlir_runner import UPSTREAM, run_pipeline
 from .unique_results import copy_repeated_results
 
@@ -95,6 +95,11 @@ UNFUSED_BUFFERIZE_PIPELINE = BUFFERIZE_PIPELINE.replace(
     "func.func(linalg-fuse-elementwise-ops),", "", 1)
 
 
+def _before_bufferize(module) -> None:
+    copy_repeated_results(module)
+    buffer_copies.unshare_fills(module)
+
+
 def to_bufferized(text: str, target: str = "cpu"):
     pipeline = BUFFERIZE_PIPELINE
     if target == "cpu":
@@ -105,7 +110,7 @@ def to_bufferized(text: str, target: str = "cpu"):
             # Only then: eliminate-empty-tensors crashes on some other graphs
             # (an LSTM training step's) in these MLIR bindings.
             text, pipeline = fused, ROWS_BUFFERIZE_PIPELINE
-    module = run_pipeline(UPSTREAM, text, pipeline, before=copy_repeated_results)
+    module = run_pipeline(UPSTREAM, text, pipeline, before=_before_bufferize)
     if target == "cpu" and len(_CONTRACTION.findall(str(module))) < \
             len(_CONTRACTION.findall(text)):
         # linalg-fuse-elementwise-ops propagated a reshape through a matmul
@@ -114,14 +119,19 @@ def to_bufferized(text: str, target: str = "cpu"):
         # generic the schedule cannot tile (scalar loops, ~100x slower in a
         # GPT step). Such graphs are bufferized without elementwise fusion.
         module = run_pipeline(UPSTREAM, text, UNFUSED_BUFFERIZE_PIPELINE,
-                              before=copy_repeated_results)
+                              before=_before_bufferize)
     # LLVM 22 cannot lower i1 buffers: store bools as bytes (i1_storage).
     i1_storage.store_bools_as_bytes(module)
     return module
 
 
-def _schedule(module) -> None:
+def _unscheduled(module) -> None:
+    buffer_copies.strided_copies_to_loops(module)
     cpu_parallel.run_small_loops_in_order(module)
+
+
+def _schedule(module) -> None:
+    _unscheduled(module)
     cpu_schedule.apply(module)
 
 
@@ -132,8 +142,7 @@ def to_loops(text: str):
         # A strategy that does not fit an op costs speed, not the graph: the
         # unscheduled pipeline lowers every linalg op to scalar loops.
         log.warning("%s; compiling this graph without tiling/vectorization", error)
-        return run_pipeline(UPSTREAM, text, LOOPS_PIPELINE,
-                            before=cpu_parallel.run_small_loops_in_order)
+        return run_pipeline(UPSTREAM, text, LOOPS_PIPELINE, before=_unscheduled)
 
 
 def _mark_c_interface(module) -> None:

@@ -81,3 +81,28 @@ module {
 // CHECK-SAME: (%[[ARG0:.*]]: memref<4x8xf32>, %[[ARG1:.*]]: memref<8x16xf32>, %[[ARG2:.*]]: memref<4x16xf32>) {
 // CHECK: linalg.fill ins(%[[CST:.*]] : f32) outs(%[[ARG2]] : memref<4x16xf32>)
 // CHECK: return
+
+// -----
+
+// lazymlir-stage: linalg
+module {
+  func.func @mm$shared_fill(%arg0: tensor<64x32xf32>, %arg1: tensor<32x16xf32>, %arg2: tensor<32x16xf32>) -> (tensor<64x16xf32>, tensor<64x16xf32>) {
+    %cst = arith.constant 0.000000e+00 : f32
+    %0 = tensor.empty() : tensor<64x16xf32>
+    %1 = linalg.fill ins(%cst : f32) outs(%0 : tensor<64x16xf32>) -> tensor<64x16xf32>
+    %2 = linalg.matmul ins(%arg0, %arg1 : tensor<64x32xf32>, tensor<32x16xf32>) outs(%1 : tensor<64x16xf32>) -> tensor<64x16xf32>
+    %3 = linalg.matmul ins(%arg0, %arg2 : tensor<64x32xf32>, tensor<32x16xf32>) outs(%1 : tensor<64x16xf32>) -> tensor<64x16xf32>
+    return %2, %3 : tensor<64x16xf32>, tensor<64x16xf32>
+  }
+}
+// One zero fill shared by two matmuls (CSE): each matmul gets a fill of its own
+// buffer (lowering/buffer_copies.py), not a copy of the other's filled buffer.
+// CHECK-LABEL: func.func @mm$shared_fill
+// CHECK-SAME: (%[[A:.*]]: memref<64x32xf32>, %[[B:.*]]: memref<32x16xf32>, %[[C:.*]]: memref<32x16xf32>, %[[OUT0:.*]]: memref<64x16xf32>, %[[OUT1:.*]]: memref<64x16xf32>) {
+// CHECK-NOT: memref.copy
+// CHECK-DAG: linalg.fill ins(%{{.*}} : f32) outs(%[[OUT0]] : memref<64x16xf32>)
+// CHECK-DAG: linalg.fill ins(%{{.*}} : f32) outs(%[[OUT1]] : memref<64x16xf32>)
+// CHECK: linalg.matmul ins(%[[A]], %[[B]] : {{.*}}) outs(%[[OUT0]] : memref<64x16xf32>)
+// CHECK: linalg.matmul ins(%[[A]], %[[C]] : {{.*}}) outs(%[[OUT1]] : memref<64x16xf32>)
+// CHECK-NOT: memref.copy
+// CHECK: return

@@ -68,8 +68,9 @@ module {
 // CHECK: arith.divf
 // CHECK-NOT: memref.copy
 // CHECK-NOT: memref<256x1024xf32>
-// Under 1M result elements: marked to run in order (cpu_parallel), not on threads.
-// CHECK: } {lazymlir.sequential}
+// At least 64K result elements (cpu_parallel.MIN_PARALLEL_ELEMENTS): the blocks
+// run on threads (not marked to run in order).
+// CHECK-NOT: lazymlir.sequential
 // CHECK: return
 
 // -----

@@ -176,3 +176,28 @@ module {
 // CHECK-LABEL: func.func @exp$small
 // CHECK-NOT: omp.
 // CHECK: return
+
+// -----
+
+// lazymlir-stage: bufferized
+module {
+  func.func @copy$strided(%arg0: memref<8x64x128xf32>, %arg1: memref<8x64x384xf32>) {
+    %subview = memref.subview %arg1[0, 0, 128] [8, 64, 128] [1, 1, 1] : memref<8x64x384xf32> to memref<8x64x128xf32, strided<[24576, 384, 1], offset: 128>>
+    memref.copy %arg0, %subview : memref<8x64x128xf32> to memref<8x64x128xf32, strided<[24576, 384, 1], offset: 128>>
+    return
+  }
+}
+// A copy into a strided slice (lowering/buffer_copies.py): loops over the
+// contiguous innermost dim, not MLIR's runtime memrefCopy (one memcpy call per
+// element for such layouts).
+// CHECK-LABEL: func.func @copy$strided
+// CHECK-SAME: (%[[SRC:.*]]: memref<8x64x128xf32>, %[[DST:.*]]: memref<8x64x384xf32>)
+// CHECK-NOT: memref.copy
+// CHECK: %[[SLICE:.*]] = memref.subview %[[DST]][0, 0, 128] [8, 64, 128] [1, 1, 1]
+// CHECK: scf.for
+// CHECK: scf.for
+// CHECK: scf.for
+// CHECK: %[[V:.*]] = memref.load %[[SRC]]
+// CHECK: memref.store %[[V]], %[[SLICE]]
+// CHECK-NOT: memref.copy
+// CHECK: return

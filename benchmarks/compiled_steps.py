@@ -1,0 +1,138 @@
+"""Steady-state training steps through torch.compile: eager against each backend, interleaved.
+
+    PYTHONPATH=. python -m benchmarks.compiled_steps [--backends lazymlir,inductor]
+        [--only mlp,gpt] [--rounds 10] [--threads N] [--label NAME]
+
+Issue 12's steady-state target is a ratio to eager (the MLP and GPT steps of
+benchmarks/run.py, same models, optimizers and batches). On a small machine that
+ratio moves with whatever else runs, and the two sides do not feel load equally
+(a parallel loop waits for its slowest thread). So here each round times a block
+of steps of every contender back to back (eager, then each backend, each on its
+own copy of the same initial weights), the first step of a block untimed (it pays
+the switch between the contenders' thread use), and the table gives the median
+of the per-round times and the median of the per-round ratios to eager.
+Each backend's first call (its cold compile: give lazymlir an empty
+LAZYMLIR_CACHE_DIR to measure one) is reported too; inductor gets a private cold
+cache, as in benchmarks/run.py. Writes benchmarks/results/<label>.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from . import models
+from .run import _mlp, _mse, _train_step
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def _mlp_step(seed: int = 0):
+    model = _mlp(seed)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    generator = torch.Generator().manual_seed(1)
+    x, y = torch.randn(64, 256, generator=generator), torch.randn(64, 256, generator=generator)
+    return lambda: _train_step(model, opt, x, y, _mse)
+
+
+def _gpt_step(seed: int = 0):
+    config = models.GPTConfig()
+    model = models.gpt(config, seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    idx, targets = models.gpt_batch(config, models.BENCH_BATCH, torch.Generator().manual_seed(1))
+    return lambda: _train_step(model, opt, idx, targets, models.gpt_loss)
+
+
+WORKLOADS = {
+    "mlp": ("mlp train step 64x256-512-256 SGD", _mlp_step, 50),
+    "gpt": (f"gpt train step {models.GPTConfig().layers}x(d{models.GPTConfig().dim},"
+            f"h{models.GPTConfig().heads}) b{models.BENCH_BATCH}xs{models.GPTConfig().seq} "
+            "AdamW", _gpt_step, 5),
+}
+
+
+def measure(make_step, backends: list[str], block: int, rounds: int) -> dict:
+    steps = {"eager": make_step()}
+    first_s = {}
+    for backend in backends:
+        torch._dynamo.reset()
+        compiled = torch.compile(make_step(), backend=backend, dynamic=False)
+        start = time.perf_counter()
+        compiled()
+        first_s[backend] = time.perf_counter() - start
+        steps[backend] = compiled
+    for step in steps.values():
+        for _ in range(3):
+            step()
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(rounds):
+        for name, step in steps.items():
+            step()  # untimed: the switch from the previous contender
+            start = time.perf_counter()
+            for _ in range(block):
+                step()
+            times[name].append((time.perf_counter() - start) / block * 1e3)
+    ratios = {name: statistics.median(t / e for t, e in zip(times[name], times["eager"]))
+              for name in backends}
+    return {"ms": {name: statistics.median(t) for name, t in times.items()},
+            "ratio": ratios, "first_s": first_s}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--backends", default="lazymlir,inductor")
+    parser.add_argument("--only", default="mlp,gpt")
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--label", default=None)
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="inductor-cold-"))
+    import torch._inductor.config as inductor_config
+
+    inductor_config.fx_graph_cache = False
+    import lazymlir.dynamo  # noqa: F401  backend="lazymlir" from a source checkout too
+
+    backends = args.backends.split(",")
+    load_before = os.getloadavg()[0]
+    rows = []
+    for key in args.only.split(","):
+        title, make_step, block = WORKLOADS[key]
+        result = measure(make_step, backends, block, args.rounds)
+        rows.append((title, result))
+        cells = "  ".join(f"{b} {result['ms'][b]:.3f} ms ({result['ratio'][b]:.2f}x, "
+                          f"first {result['first_s'][b]:.1f} s)" for b in backends)
+        print(f"{title}: eager {result['ms']['eager']:.3f} ms  {cells}", flush=True)
+    load_after = os.getloadavg()[0]
+    lines = [f"# torch.compile steady state, interleaved with eager ({args.label or 'unlabeled'})",
+             "", f"    PYTHONPATH=. python -m benchmarks.compiled_steps --backends {args.backends} "
+             f"--only {args.only} --rounds {args.rounds}"
+             + (f" --threads {args.threads}" if args.threads else ""), "",
+             f"torch {torch.__version__}, {torch.get_num_threads()} threads, load average "
+             f"{load_before:.2f} before, {load_after:.2f} after. Median of {args.rounds} "
+             "rounds; ratio = median of the per-round ratios to eager; first s = the "
+             "backend's first call (a cold compile only with empty caches).", "",
+             "| workload | eager ms | " + " | ".join(f"{b} ms | {b}/eager | {b} first s"
+                                                     for b in backends) + " |",
+             "| --- | ---: | " + " | ".join("---: | ---: | ---:" for _ in backends) + " |"]
+    for title, result in rows:
+        lines.append(f"| {title} | {result['ms']['eager']:.3f} | " + " | ".join(
+            f"{result['ms'][b]:.3f} | {result['ratio'][b]:.2f} | {result['first_s'][b]:.1f}"
+            for b in backends) + " |")
+    if args.label:
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / f"{args.label}.md").write_text("\n".join(lines) + "\n")
+        print(f"wrote {RESULTS / (args.label + '.md')}")
+    else:
+        print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
