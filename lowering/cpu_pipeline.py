@@ -9,7 +9,8 @@ from __future__ import annotations
 import logging
 import re
 
-from . import bf16_rounding, buffer_copies, cpu_fusion, cpu_parallel, cpu_schedule, i1_storage
+from . import (bf16_rounding, buffer_copies, cpu_fusion, cpu_outline, cpu_parallel,
+               cpu_schedule, i1_storage)
 from .mlir_runner import UPSTREAM, run_pipeline
 from .unique_results import copy_repeated_results
 
@@ -153,11 +154,17 @@ def _mark_c_interface(module) -> None:
             op.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()
 
 
-def _before_llvm(module) -> None:
-    _mark_c_interface(module)
-    # No __truncdfbf2 to link against: double -> bfloat16 goes through float.
-    bf16_rounding.split_double_to_bfloat16(module)
-
-
 def to_llvm(text: str):
-    return run_pipeline(UPSTREAM, text, LLVM_PIPELINE, before=_before_llvm)
+    noalias: dict[str, list[int]] = {}
+
+    def before(module) -> None:
+        _mark_c_interface(module)
+        # After the marking: the nests' functions are private, no C interface.
+        cpu_outline.outline_loop_nests(module)
+        noalias.update(cpu_outline.noalias_plan(module))
+        # No __truncdfbf2 to link against: double -> bfloat16 goes through float.
+        bf16_rounding.split_double_to_bfloat16(module)
+
+    module = run_pipeline(UPSTREAM, text, LLVM_PIPELINE, before=before)
+    cpu_outline.apply_noalias(module, noalias)
+    return module
