@@ -287,10 +287,16 @@ def _transpose_plan(op, index: int) -> Plan | None:
 
 def _loop_sizes(op, rank: int) -> list[int] | None:
     """Static loop bounds of a linalg op (from its identity-mapped operands)."""
+    from mlir import ir
+
     sizes: list[int | None] = [None] * rank
     maps = op.operation.attributes["indexing_maps"]
     for value, amap in zip(op.operation.operands, maps):
+        if not isinstance(value.type, ir.ShapedType):
+            continue  # a scalar operand
         shape = _static_shape(value.type)
+        if shape is None:
+            return None  # a dynamic size (a boolean-mask index): no static schedule
         results = str(amap).split("->")[1].strip(" ()>").split(",")
         for extent, expr in zip(shape, results):
             expr = expr.strip()

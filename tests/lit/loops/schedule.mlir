@@ -201,3 +201,25 @@ module {
 // CHECK: memref.store %[[V]], %[[SLICE]]
 // CHECK-NOT: memref.copy
 // CHECK: return
+
+// -----
+
+// lazymlir-stage: bufferized
+#map = affine_map<(d0) -> (d0)>
+module {
+  func.func @exp$dynamic(%arg0: memref<?xf32>, %arg1: memref<?xf32>, %arg2: f32) {
+    linalg.generic {indexing_maps = [#map, affine_map<(d0) -> ()>, #map], iterator_types = ["parallel"]} ins(%arg0, %arg2 : memref<?xf32>, f32) outs(%arg1 : memref<?xf32>) {
+    ^bb0(%in: f32, %s: f32, %out: f32):
+      %0 = arith.mulf %in, %s : f32
+      linalg.yield %0 : f32
+    }
+    return
+  }
+}
+// A dynamic size (a boolean-mask index) and a scalar operand: no static
+// schedule, the loops of convert-linalg-to-loops.
+// CHECK-LABEL: func.func @exp$dynamic
+// CHECK-NOT: omp.
+// CHECK: scf.for
+// CHECK: arith.mulf
+// CHECK: return
