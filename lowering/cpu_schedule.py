@@ -38,9 +38,10 @@ REG_M, REG_N, REG_K = 8, 32, 4
 # while a 64-row block of A streams past it.
 CACHE_M, CACHE_N, CACHE_K = 64, 256, 256
 # Contractions of at least this many multiply-adds (batch x M x N x K) run
-# their M blocks on all cores: ~200 us of work on one core. Below, waking
-# and waiting for the other thread costs too much of the gain (an MLP step's
-# 512x256x64 weight gradients ran 4x slower threaded on a loaded machine).
+# their (M, N) cache tiles on all cores: ~20 us of work on one core, against a
+# few microseconds to hand blocks to PyTorch's OpenMP threads (cpu_parallel).
+# The old 32M, set for MLIR's async runtime, kept an MLP step's 64x256x512
+# matmuls (8.4M) on one core.
 MIN_PARALLEL_FLOPS = 2 * 1024 * 1024
 
 # Reduction step of an innermost-dim reduction: the largest of these dividing
@@ -136,8 +137,8 @@ def _contraction_plan(op, index: int) -> Plan | None:
     nbatch = a[0] if batch else 1
     h = f"%op{index}"
     script = ""
-    # Large enough: the M blocks (and batches) are an scf.forall, which runs
-    # on all cores (cpu_parallel); the rest of the schedule is per block.
+    # Large enough: the (M, N) cache tiles (and batches) are an scf.forall, which
+    # runs on all cores (cpu_parallel); the rest of the schedule is per tile.
     if nbatch * m * n * k >= MIN_PARALLEL_FLOPS and nbatch * (m // cm) * (n // cn) >= 2:
         outer_par = batch + [cm, cn, 0]
         script += (
