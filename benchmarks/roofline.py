@@ -575,7 +575,12 @@ def analyse_graph(fx_text: str) -> dict:
     t_roof = max(io_bytes / HBM_BW, flops / FP32_PEAK)
     t_est = sum(r["t_est"] for r in rows)
     return {"rows": rows, "io_bytes": io_bytes, "flops": flops, "t_roof": t_roof,
-            "t_est": t_est, "fraction": t_roof / t_est}
+            "t_est": t_est, "fraction": t_roof / t_est,
+            # Device memory of temporaries: all of them (what was live at the graph's end
+            # when the plan freed them there) and the most live at once (freed after
+            # their last use, launch_plan.free_after_last_use).
+            "temp_bytes": sum(op.nbytes for op in plan.ops if op.kind == "alloc"),
+            "peak_temp_bytes": launch_plan.peak_temporary_bytes(plan)}
 
 
 # ---------------------------------------------------------------------------------------
@@ -601,8 +606,8 @@ def report(results: dict[str, list[dict]]) -> str:
              "| smem (B) | rounds / barriers | bound | est. us | roofline us | fraction |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     summary = ["| graph | launches | copies+memsets | MB in+out | GFLOP | est. us "
-               "| roofline us | fraction of roofline |",
-               "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+               "| roofline us | fraction of roofline | temporaries MB (all / peak live) |",
+               "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name, graphs in results.items():
         for g, res in enumerate(graphs):
             label = name if len(graphs) == 1 else f"{name} [{g}]"
@@ -625,7 +630,8 @@ def report(results: dict[str, list[dict]]) -> str:
             other = len(res["rows"]) - launches
             summary.append(f"| {label} | {launches} | {other} | {_mb(res['io_bytes'])} | "
                            f"{_gf(res['flops'])} | {res['t_est'] * 1e6:.1f} | "
-                           f"{res['t_roof'] * 1e6:.1f} | {res['fraction']:.0%} |")
+                           f"{res['t_roof'] * 1e6:.1f} | {res['fraction']:.0%} | "
+                           f"{_mb(res['temp_bytes'])} / {_mb(res['peak_temp_bytes'])} |")
     return "\n".join(summary) + "\n\nPer kernel:\n\n" + "\n".join(lines) + "\n"
 
 

@@ -12,9 +12,11 @@ Slots: memref argument i of the host function is slot i; each memref.alloc gets 
 slot. Views (expand/collapse_shape, static subview) alias their source slot plus a byte
 offset. A kernel argument is passed as the pointer its memref type's static offset is
 relative to (kernels take bare pointers and add that offset themselves), so a launch
-argument carries only the part of the view offset the type does not. Temporaries are
-freed at their memref.dealloc, or all at the end when the function has no dealloc (the
-bufferized stage does not insert any).
+argument carries only the part of the view offset the type does not. Each temporary
+is freed right after the last op that uses it (through any view): the runtime runs the
+plan on one stream and its caching allocator hands a freed block out again at once
+(the stream orders the reuse), so a long graph (a training step's forward and
+backward) holds only the temporaries still to be read, not all of them until its end.
 """
 
 from __future__ import annotations
@@ -206,6 +208,7 @@ class _Extractor:
         self.plan.num_buffers = len(block.arguments)
         for op in block.operations:
             self.visit(op.operation)
+        free_after_last_use(self.plan)
         return self.plan
 
     def slot_of(self, v: ir.Value, op) -> tuple:
@@ -316,6 +319,48 @@ class _Extractor:
         self.plan.ops.append(Op("launch", module_index=self.mod_index[mod], module=mod,
                                 kernel=kname, grid=grid, block=block, shared_bytes=shared,
                                 args=args))
+
+
+def _slots_used(op: Op) -> set[int]:
+    if op.kind == "launch":
+        return {a.slot for a in op.args if a.kind == "ptr"}
+    if op.kind == "copy":
+        return {op.slot, op.src}
+    if op.kind == "memset":
+        return {op.slot}
+    return set()
+
+
+def free_after_last_use(plan: Plan) -> None:
+    """Move every temporary's free right after the last op that uses it (in place)."""
+    allocated = {op.slot for op in plan.ops if op.kind == "alloc"}
+    ops = [op for op in plan.ops if not (op.kind == "free" and op.slot in allocated)]
+    last: dict[int, int] = {}
+    for index, op in enumerate(ops):
+        for slot in _slots_used(op) & allocated:
+            last[slot] = index
+        if op.kind == "alloc":
+            last.setdefault(op.slot, index)  # never used: freed right away
+    frees_after: dict[int, list[int]] = {}
+    for slot, index in last.items():
+        frees_after.setdefault(index, []).append(slot)
+    plan.ops = []
+    for index, op in enumerate(ops):
+        plan.ops.append(op)
+        plan.ops.extend(Op("free", slot=slot) for slot in sorted(frees_after.get(index, ())))
+
+
+def peak_temporary_bytes(plan: Plan) -> int:
+    """The most bytes of temporaries alive at once along the plan."""
+    sizes = {op.slot: op.nbytes for op in plan.ops if op.kind == "alloc"}
+    live = peak = 0
+    for op in plan.ops:
+        if op.kind == "alloc":
+            live += op.nbytes
+            peak = max(peak, live)
+        elif op.kind == "free" and op.slot in sizes:
+            live -= sizes[op.slot]
+    return peak
 
 
 def _memset_byte(value, t: ir.Type) -> int | None:

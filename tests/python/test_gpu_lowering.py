@@ -146,6 +146,25 @@ def test_plan_consistent(name):
     assert max(state, default=-1) + 1 == plan.num_buffers
 
 
+def test_plan_frees_each_temporary_after_its_last_use():
+    """A training step's temporaries are freed as soon as nothing reads them: the most
+    bytes alive at once is below the sum of all temporaries, and every free follows
+    (past other frees) an op that uses its slot, or the slot's alloc."""
+    plan, _, _ = lowered("mlp_step")
+    temporaries = sum(op.nbytes for op in plan.ops if op.kind == "alloc")
+    assert 0 < lp.peak_temporary_bytes(plan) < temporaries
+    for index, op in enumerate(plan.ops):
+        if op.kind != "free":
+            continue
+        previous = index - 1
+        while plan.ops[previous].kind == "free":
+            previous -= 1
+        before = plan.ops[previous]
+        assert (before.kind == "alloc" and before.slot == op.slot) or \
+            op.slot in lp._slots_used(before), (index, op, before)
+        assert all(op.slot not in lp._slots_used(later) for later in plan.ops[index + 1:])
+
+
 @pytest.mark.parametrize("name", ["softmax", "mlp_step"])
 def test_plan_lzrt_round_trip(name):
     plan, _, _ = lowered(name)
