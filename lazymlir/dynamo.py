@@ -112,6 +112,10 @@ def _compile(gm: torch.fx.GraphModule, example_inputs):
     target = targets.active()
     key = fx_graph.structural_hash(graph, target.name)
     metas = fx_graph.output_metas(graph)  # once: run() is on every step's path
+    # Compile now, in the background: AOTAutograd hands over the backward graph right
+    # after the forward (_static_backend), so the two compile at once while Dynamo
+    # finishes; the first run() waits for its graph.
+    executor.compile_ahead(graph, key)
 
     devices = _output_devices(gm)
     # Dynamo guards on every input's device: the devices seen now are the devices of
@@ -181,7 +185,11 @@ def _static_backend(gm: torch.fx.GraphModule, example_inputs):
     # decomposes, but their backward has no decomposition and would run
     # eagerly against a decomposed forward's saved logsumexp (wrong gradients
     # from the second step on, measured).
-    with sdpa_kernel([SDPBackend.MATH]):
+    # force_non_lazy_backward_lowering: the backward graph is handed to _compile now,
+    # not at the first backward, so it compiles while the forward does (a graph that
+    # never runs backward still compiles it, in the background).
+    with sdpa_kernel([SDPBackend.MATH]), \
+            torch._functorch.config.patch(force_non_lazy_backward_lowering=True):
         return aot_autograd(fw_compiler=_compile, bw_compiler=_compile,
                             decompositions=_decompositions())(gm, example_inputs)
 
@@ -241,6 +249,9 @@ def _specialize_per_shape(gm: torch.fx.GraphModule):
 
 def lazymlir_backend(gm: torch.fx.GraphModule, example_inputs):
     """The Dynamo backend: AOTAutograd with lazymlir compiling forward and backward."""
+    # A graph to compile is coming: the compile worker imports the compiler while
+    # AOTAutograd traces (not when the disk cache is warm: executor.prestart_worker).
+    executor.prestart_worker()
     if any(_is_symbolic(x) for x in example_inputs):
         return _specialize_per_shape(gm)
     return _static_backend(gm, example_inputs)

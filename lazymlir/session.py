@@ -31,7 +31,9 @@ class Session:
         self.target: Any = None               # targets.Target, resolved on first use
         self.graph_cache: Any = None          # execution.graph_cache.GraphCache
         self.disk_cache: Any = None           # (cache folder, execution.disk_cache.DiskCache)
-        self.worker: Any = None               # execution.worker.CompileWorker
+        self.worker: Any = None               # execution.worker_pool.WorkerPool
+        # plan key -> (compile request, Future of its reply): executor.compile_ahead
+        self.compiles_ahead: dict[str, tuple] = {}
         self.diagnostics: Any = None          # execution.diagnostics.Diagnostics
         self.verdicts: dict[tuple, str | None] = {}  # (target, op signature) -> why not / None
         self.static_scalar_ops: set[str] = set()  # ops whose scalars must stay constants
@@ -50,6 +52,7 @@ class Session:
         if self.worker is not None:
             self.worker.close()
             self.worker = None
+        self.compiles_ahead.clear()
         if self.scratch is not None:
             shutil.rmtree(self.scratch, ignore_errors=True)
             self.scratch = None

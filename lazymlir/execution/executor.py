@@ -31,7 +31,7 @@ from ..lowering import checks, fx_graph
 from ..support.errors import CompileError
 from . import diagnostics, disk_cache, fallback, graph_cache
 from .compiler import CompileOptions, compile_graph, probe
-from .worker import CompileWorker
+from .worker_pool import WorkerPool
 
 log = logging.getLogger("lazymlir.executor")
 
@@ -72,9 +72,14 @@ def _dumping(current) -> bool:
     return bool(current.dump_dirs or current.settings.dump_dir)
 
 
-def _plan(current, target, graph: dict, key: str):
+def _plan_key(current, key: str) -> str:
     if not current.settings.bounds_checks:
         key += "-unchecked"  # another plan: the graph compiled without checks.py
+    return key
+
+
+def _plan(current, target, graph: dict, key: str):
+    key = _plan_key(current, key)
     cache = _cache(current)
     plan = cache.get(key)
     if plan is not None:
@@ -93,21 +98,75 @@ def _plan(current, target, graph: dict, key: str):
     return plan
 
 
+def _instrumented(current, graph: dict):
+    """checks.py's form of `graph` (None: bounds checks are off or it needs none)."""
+    return checks.instrument(graph) if current.settings.bounds_checks else None
+
+
+def _cached_artifact(current, target, key: str, text: str):
+    """(disk cache entry, its artifact folder or None); (None, None) without a disk cache."""
+    disk = _disk(current)
+    if disk is None:
+        return None, None
+    entry = disk.entry(key, target.fingerprint())
+    # Dumps are of compiles: while dumping, every graph compiles (and is stored) even if
+    # the disk cache holds it, or a warm cache would leave the dump folder empty.
+    if _dumping(current):
+        return entry, None
+    return entry, disk.load(entry, text, target.is_complete)
+
+
+def compile_ahead(graph: dict, key: str) -> None:
+    """Start compiling `graph` now, in a compile worker, without waiting: its first
+    `execute` takes the artifact (or the compile error) from there.
+
+    For graphs known before they run: torch.compile hands over a step's forward and
+    backward graphs together, and they compile at once in two workers while Dynamo
+    finishes its own work. Does nothing where `execute` would not compile: a plan in
+    memory or in the disk cache, in-process compiles (LAZYMLIR_COMPILE_WORKER=0),
+    a graph that raises before compiling (checks.py's static errors).
+    """
+    current = session.current()
+    if not current.settings.compile_worker:
+        return
+    target = targets.active()
+    with current.lock:
+        key = _plan_key(current, key)
+        if key in current.compiles_ahead or key in _cache(current):
+            return
+        checked = _instrumented(current, graph)
+        if checked is not None and checked.static_error:
+            return
+        text = fx_graph.dumps(checked.graph if checked is not None else graph)
+        entry, artifact = _cached_artifact(current, target, key, text)
+        if artifact is not None:
+            return
+        payload = _compile_payload(current, target, text, key)
+        pool = _worker(current)
+        current.compiles_ahead[key] = (payload, pool.submit(
+            _compile_and_store, pool, payload, _disk(current), entry, text))
+
+
+def _compile_and_store(pool, payload: dict, disk, entry, text: str) -> dict:
+    """A compile started ahead, stored in the disk cache as soon as it is done: a graph
+    that never runs in this process (a backward at exit) is not compiled again by the next."""
+    result = pool.request("compile", payload)
+    if disk is not None:
+        disk.save(entry, Path(payload["out_dir"]), text)
+    return result
+
+
 def _make_plan(current, target, graph: dict, key: str):
     original = graph
-    checked = checks.instrument(graph) if current.settings.bounds_checks else None
+    checked = _instrumented(current, graph)
     if checked is not None:
         if checked.static_error:  # e.g. `int_tensor % 0`: eager raises its error
             return EagerReference(graph)
         graph = checked.graph
     flags = checked.checks if checked is not None else 0
     text = fx_graph.dumps(graph)
+    entry, artifact = _cached_artifact(current, target, key, text)
     disk = _disk(current)
-    entry = disk.entry(key, target.fingerprint()) if disk is not None else None
-    # Dumps are of compiles: while dumping, every graph compiles (and is stored) even if
-    # the disk cache holds it, or a warm cache would leave the dump folder empty.
-    artifact = disk.load(entry, text, target.is_complete) \
-        if disk is not None and not _dumping(current) else None
     if artifact is not None:
         try:
             plan = Compiled(target.load(artifact, fx_graph.output_metas(graph)), original, flags)
@@ -119,12 +178,12 @@ def _make_plan(current, target, graph: dict, key: str):
     current.metrics.inc("UncachedCompile")
     try:
         with current.metrics.timed("CompileTime"):
-            artifact = _compile(current, target, text, key)
+            artifact, stored = _compile(current, target, text, key)
     except CompileError as error:
         if not fallback.allowed():
             raise
         return _partition(current, target, original, error)
-    if disk is not None:
+    if disk is not None and not stored:
         disk.save(entry, artifact, text)
     return Compiled(target.load(artifact, fx_graph.output_metas(graph)), original, flags)
 
@@ -141,9 +200,11 @@ def _options(current, target, key: str | None) -> CompileOptions:
         kernel_images=target.kernel_images)
 
 
-def _worker(current) -> CompileWorker:
+def _worker(current) -> WorkerPool:
     if current.worker is None:
-        current.worker = CompileWorker(current.metrics, current.settings.compile_timeout)
+        settings = current.settings
+        current.worker = WorkerPool(current.metrics, settings.compile_timeout,
+                                    settings.compile_workers, fork=settings.compile_worker_fork)
     return current.worker
 
 
@@ -168,16 +229,26 @@ def _worker_request(current, kind: str, payload: dict):
     return _worker(current).request(kind, payload)
 
 
-def _compile(current, target, text: str, key: str) -> Path:
-    out_dir = Path(current.scratch_dir()) / key
-    result = _worker_request(current, "compile", {
-        "fx_text": text, "key": key, "options": _options(current, target, key),
-        "out_dir": str(out_dir)})
+def _compile_payload(current, target, text: str, key: str) -> dict:
+    return {"fx_text": text, "key": key, "options": _options(current, target, key),
+            "out_dir": str(Path(current.scratch_dir()) / key)}
+
+
+def _compile(current, target, text: str, key: str) -> tuple[Path, bool]:
+    """The artifact folder of `text`, and whether the disk cache has it already:
+    compiled now, or by the compile started ahead (compile_ahead: stored)."""
+    ahead = current.compiles_ahead.pop(key, None)
+    if ahead is not None:
+        payload, future = ahead
+        result = future.result()  # a compile error or crash is raised here, as below
+    else:
+        payload = _compile_payload(current, target, text, key)
+        result = _worker_request(current, "compile", payload)
     for message in result["warnings"]:
         warnings.warn(f"lazymlir: {message}", stacklevel=6)
     log.debug("compiled graph %s for %s in %.1f ms", key, target.name,
               1e3 * result["timings"]["total"])
-    return out_dir
+    return Path(payload["out_dir"]), ahead is not None
 
 
 def _verdict(current, target, graph: dict) -> str | None:

@@ -25,5 +25,8 @@ class GraphCache:
         while len(self._memory) > self.capacity:
             self._memory.popitem(last=False)
 
+    def __contains__(self, key: str) -> bool:
+        return key in self._memory
+
     def __len__(self) -> int:
         return len(self._memory)

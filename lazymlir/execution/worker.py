@@ -14,6 +14,7 @@ debugging with gdb; a crash then kills the process).
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import pickle
@@ -85,18 +86,107 @@ def _signal_name(returncode: int | None) -> str:
     return f"exit status {returncode}"
 
 
+class _ForkedProcess:
+    """The subprocess.Popen surface CompileWorker uses, for a child made by os.fork()."""
+
+    def __init__(self, pid: int, stdin, stdout):
+        self.pid, self.stdin, self.stdout = pid, stdin, stdout
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"compile worker {self.pid}", timeout)
+            time.sleep(0.01)
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _fork_worker(log_fd: int) -> _ForkedProcess:
+    """A worker forked from this process: it has torch and lazymlir imported already,
+    so it is ready after importing the MLIR bindings (~0.3 s) instead of a fresh
+    interpreter's ~2.4 s (torch, lazymlir, torch-mlir), which a short torch.compile
+    run would otherwise wait for.
+
+    The child keeps only its pipes and log (other inherited descriptors are closed:
+    another worker's request pipe held open here would hide its end of input), runs
+    torch on one thread (this process's OpenMP pool did not survive the fork), never
+    collects objects inherited from the parent (a file object finalized here would
+    close a descriptor number the child reuses), and leaves with os._exit: nothing
+    of the parent (atexit hooks, finalizers) runs in it.
+    """
+    request_read, request_write = os.pipe()
+    reply_read, reply_write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        code = 1
+        try:
+            gc.freeze()
+            os.dup2(request_read, 0)
+            os.dup2(reply_write, 1)
+            os.dup2(log_fd, 2)
+            os.closerange(3, _max_fd())
+            os.environ["LAZYMLIR_COMPILE_WORKER"] = "0"
+            import torch
+
+            torch.set_num_threads(1)
+            from . import worker_main
+
+            # The parent's sys streams may be anything (pytest's capture, a notebook's):
+            # the child's are its descriptors 0 (requests) and 2 (the log).
+            sys.stdin = open(0, closefd=False)  # noqa: SIM115  live as long as the child
+            sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+            worker_main.main()
+            code = 0
+        except BaseException:  # noqa: BLE001  reported through the log; exit either way
+            import traceback
+
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    os.close(request_read)
+    os.close(reply_write)
+    return _ForkedProcess(pid, os.fdopen(request_write, "wb", buffering=0),
+                          os.fdopen(reply_read, "rb", buffering=0))
+
+
+def _max_fd() -> int:
+    try:
+        return os.sysconf("SC_OPEN_MAX")
+    except (ValueError, OSError):
+        return 4096
+
+
 class CompileWorker:
     """Client side of one worker process; thread-safe; restarts after a crash."""
 
     module = "lazymlir.execution.worker_main"  # what the child runs (`python -m module`)
 
-    def __init__(self, metrics=None, timeout: float | None = None):
+    def __init__(self, metrics=None, timeout: float | None = None, fork: bool = False):
         self._metrics = metrics
         self.timeout = timeout  # seconds per request; None waits forever
+        # Fork this process instead of starting `python -m module` (_fork_worker); only
+        # for the real worker module (tests substitute crashing stand-ins by name).
+        self.fork = fork and hasattr(os, "fork")
         self._lock = threading.Lock()
         self._process: subprocess.Popen | None = None
         self._log_path: Path | None = None
         self.starts = 0
+        self._abandoned = False
 
     def _start(self) -> None:
         fd, log_path = tempfile.mkstemp(prefix="lazymlir-worker-", suffix=".log")
@@ -107,9 +197,12 @@ class CompileWorker:
             # Unbuffered replies: the deadline wait selects on the pipe, which cannot see
             # messages already read ahead into a buffer (a reply stuck there hung the
             # client until the timeout while the worker waited for the next request).
-            self._process = subprocess.Popen(
-                [sys.executable, "-m", self.module], bufsize=0,
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_file, env=env)
+            if self.fork and self.module == CompileWorker.module:
+                self._process = _fork_worker(log_file.fileno())
+            else:
+                self._process = subprocess.Popen(
+                    [sys.executable, "-m", self.module], bufsize=0,
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_file, env=env)
         self.starts += 1
         if self._metrics is not None:
             self._metrics.inc("CompileWorkerStart")
@@ -152,6 +245,8 @@ class CompileWorker:
                     raise body  # an exception object pickled by the worker
             except (BrokenPipeError, OSError):
                 pass
+            if self._abandoned:
+                raise RuntimeError("lazymlir: this compile was abandoned: the session closed")
             # The worker died: collect its exit status and the tail of its log.
             try:
                 process.wait(timeout=10)
@@ -186,6 +281,13 @@ class CompileWorker:
         message += f"\nreproduce with: {command}"
         return CompilerCrashError(message, stage=stage, target=options.target,
                                   reproducer=command)
+
+    def abandon(self) -> None:
+        """Kill the process without waiting for the request in flight (which raises)."""
+        self._abandoned = True
+        process = self._process
+        if process is not None:
+            process.kill()
 
     def close(self) -> None:
         with self._lock:

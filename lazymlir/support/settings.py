@@ -14,6 +14,8 @@ _TARGETS = ("auto", "cpu", "cuda")
 _CUDA_DRIVERS = ("real", "emulator", "fake")
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 _FALLBACK = ("warn", "silent", "error")
+# Two: a training step's forward and backward. One on a one-core machine.
+_DEFAULT_COMPILE_WORKERS = min(2, os.cpu_count() or 1)
 _BOOLS = {"1": True, "true": True, "yes": True, "on": True,
           "0": False, "false": False, "no": False, "off": False}
 
@@ -34,6 +36,12 @@ class Settings:
     # TMPDIR/lazymlir-repros-<uid>, the newest 100 kept)
     runtime_lib: str | None = None  # LAZYMLIR_RUNTIME_LIB: the CUDA runtime .so (or its folder)
     compile_worker: bool = True   # LAZYMLIR_COMPILE_WORKER: 0 compiles in-process (debugging)
+    # LAZYMLIR_COMPILE_WORKERS: compile worker processes at most (graphs known together,
+    # e.g. torch.compile's forward and backward, compile at once)
+    compile_workers: int = _DEFAULT_COMPILE_WORKERS
+    # LAZYMLIR_COMPILE_WORKER_FORK: 0 starts each worker as a fresh interpreter (~2 s more:
+    # it imports torch again) instead of forking this process
+    compile_worker_fork: bool = True
     compile_timeout: int = 900    # LAZYMLIR_COMPILE_TIMEOUT: seconds before a compile is abandoned
     bounds_checks: bool = True    # LAZYMLIR_BOUNDS_CHECKS: 0 drops the index/zero-divisor checks
     debug: bool = False           # LAZYMLIR_DEBUG: log each compile's cause and each fallback
@@ -57,6 +65,8 @@ _ENV = {
     "repro_dir": "LAZYMLIR_REPRO_DIR",
     "runtime_lib": "LAZYMLIR_RUNTIME_LIB",
     "compile_worker": "LAZYMLIR_COMPILE_WORKER",
+    "compile_workers": "LAZYMLIR_COMPILE_WORKERS",
+    "compile_worker_fork": "LAZYMLIR_COMPILE_WORKER_FORK",
     "compile_timeout": "LAZYMLIR_COMPILE_TIMEOUT",
     "bounds_checks": "LAZYMLIR_BOUNDS_CHECKS",
     "debug": "LAZYMLIR_DEBUG",

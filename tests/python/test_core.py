@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -16,7 +17,7 @@ from conftest import DEVICE, assert_no_fallback
 from torch import nn
 
 import lazymlir
-from lazymlir import metrics
+from lazymlir import metrics, session
 from lazymlir.execution.worker import CompileWorker
 
 HERE = Path(__file__).resolve().parent
@@ -132,6 +133,37 @@ def test_worker_crash_is_an_error_and_the_next_compile_works(monkeypatch):
         worker.request("compile", payload)
     assert worker.starts == 2
     worker.close()
+
+
+def test_forked_workers_do_not_hold_each_others_pipes():
+    # A worker forked after another inherits the parent's end of the first one's
+    # request pipe unless it closes it: the first would then never see end of input.
+    first, second = CompileWorker(fork=True), CompileWorker(fork=True)
+    first.start()
+    second.start()
+    process = first._process
+    assert process.__class__.__name__ == "_ForkedProcess"
+    process.stdin.close()
+    assert process.wait(timeout=60) == 0
+    assert second._process.poll() is None
+    second.close()
+
+
+def test_forked_worker_compiles_and_a_killed_one_is_replaced():
+    current = session.reset()
+    try:
+        current.settings.compile_worker = True
+        current.settings.compile_worker_fork = True
+        x = torch.arange(6.0).reshape(2, 3)
+        torch.testing.assert_close(((x.to(DEVICE) + 1) * 2).cpu(), (x + 1) * 2)
+        (worker,) = current.worker._workers
+        os.kill(worker._process.pid, signal.SIGKILL)
+        worker._process.wait(timeout=30)
+        torch.testing.assert_close(((x.to(DEVICE) - 1) * 3).cpu(), (x - 1) * 3)
+        assert metrics.counter("CompileWorkerStart") == 2
+        assert metrics.counter("UncachedCompile") == 2
+    finally:
+        session.reset()
 
 
 def test_hung_compile_times_out_and_the_worker_is_replaced(monkeypatch):

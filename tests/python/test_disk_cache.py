@@ -23,6 +23,7 @@ from conftest import DEVICE
 import lazymlir
 from lazymlir import session
 from lazymlir.execution import disk_cache, executor
+from lazymlir.execution import worker as worker_module
 from lazymlir.lowering import errors as lowering_errors
 from lazymlir.support import settings as settings_module
 from lazymlir.support.settings import cache_dir_from, default_cache_dir
@@ -322,7 +323,7 @@ def test_cache_max_mb_setting(monkeypatch):
 
 def test_warm_cache_does_not_prestart_the_worker(fresh_disk_session, monkeypatch):
     started = []
-    monkeypatch.setattr(executor.CompileWorker, "start", lambda self: started.append(self))
+    monkeypatch.setattr(worker_module.CompileWorker, "start", lambda self: started.append(self))
     fresh_disk_session(worker=True)
     executor.prestart_worker()
     assert len(started) == 1  # an empty cache: the worker starts while the user traces

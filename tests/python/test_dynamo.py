@@ -196,3 +196,26 @@ def test_model_zoo_training_compiled(model_name, opt_name):
     and the optimizer step compiled, eager's numbers, no fallback, no compile after the
     warm-up steps."""
     run_case(model_name, opt_name, "compiled")
+
+
+def test_forward_and_backward_compile_at_once_in_two_workers(tmp_path):
+    current = lazymlir.session.reset()
+    try:
+        current.settings.compile_worker = True
+        current.settings.compile_workers = 2
+        current.settings.cache_dir = str(tmp_path / "cache")
+        model = _mlp()
+        reference = copy.deepcopy(model)
+        assert _train(model, compiled=True, steps=2) == pytest.approx(
+            _train(reference, compiled=False, steps=2), rel=1e-5)
+        assert metrics.counter("UncachedCompile") == 2  # each graph compiled once
+        assert metrics.counter("CompileWorkerStart") == 2  # the backward did not wait
+        assert not current.compiles_ahead
+        # Both were stored when their compile ended: a fresh session finds them on disk.
+        current = lazymlir.session.reset()
+        current.settings.cache_dir = str(tmp_path / "cache")
+        torch._dynamo.reset()
+        _train(_mlp(), compiled=True, steps=1)
+        assert metrics.counter("DiskCacheHit") == 2 and metrics.counter("UncachedCompile") == 0
+    finally:
+        lazymlir.session.reset()

@@ -1,0 +1,107 @@
+"""Compile workers for one session: up to `size` worker processes, and compiles started ahead.
+
+A training step captured by torch.compile hands over its forward and its backward
+graph together (AOTAutograd), and the two compile independently: with two workers
+they compile at once, on two cores, instead of one after the other. Each request
+goes to an idle worker; the second worker process starts only when a request finds
+the first one busy, so a process that never compiles two graphs at once never pays
+for it (a worker is a Python process that imports torch and torch-mlir: ~2 s of CPU
+and a few hundred MB).
+
+`submit` runs a function making requests on a daemon thread and returns a Future; the
+executor keeps the futures of compiles started ahead of their first run
+(executor.compile_ahead). Closing the pool kills the workers still busy with those.
+Crash isolation, timeouts and restarts are each worker's own (worker.py).
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future
+
+from .worker import CompileWorker
+
+
+class WorkerPool:
+    """Thread-safe; `request` blocks until a worker is free and its answer is back."""
+
+    def __init__(self, metrics=None, timeout: float | None = None, size: int = 1,
+                 fork: bool = False):
+        self._metrics = metrics
+        self._timeout = timeout
+        self._fork = fork
+        self.size = max(1, size)
+        self._workers: list[CompileWorker] = []
+        self._idle: list[CompileWorker] = []
+        self._changed = threading.Condition()
+        self._closed = False
+
+    def _new_worker(self) -> CompileWorker:
+        worker = CompileWorker(self._metrics, self._timeout, fork=self._fork)
+        self._workers.append(worker)
+        return worker
+
+    def start(self) -> None:
+        """Start the first worker process now (it imports the compiler meanwhile)."""
+        with self._changed:
+            if not self._workers:
+                self._idle.append(self._new_worker())
+            worker = self._workers[0]
+        worker.start()
+
+    def _acquire(self) -> CompileWorker:
+        with self._changed:
+            while True:
+                if self._closed:
+                    raise RuntimeError("lazymlir: the compile workers were closed "
+                                       "(lazymlir.reset() or interpreter exit)")
+                if self._idle:
+                    return self._idle.pop(0)  # the oldest: warm, imports done
+                if len(self._workers) < self.size:
+                    return self._new_worker()
+                self._changed.wait()
+
+    def _release(self, worker: CompileWorker) -> None:
+        with self._changed:
+            if not self._closed:
+                self._idle.append(worker)
+            self._changed.notify()
+
+    def request(self, kind: str, payload: dict):
+        worker = self._acquire()
+        try:
+            return worker.request(kind, payload)
+        finally:
+            self._release(worker)
+
+    def submit(self, function, *args) -> Future:
+        """Run `function(*args)` (which makes its requests through this pool) on a daemon
+        thread: a compile started ahead must not hold up interpreter exit."""
+        future: Future = Future()
+        future.set_running_or_notify_cancel()
+
+        def run() -> None:
+            try:
+                future.set_result(function(*args))
+            except BaseException as error:  # noqa: BLE001  handed to whoever waits
+                future.set_exception(error)
+
+        threading.Thread(target=run, name="lazymlir-compile-ahead", daemon=True).start()
+        return future
+
+    @property
+    def starts(self) -> int:
+        return sum(worker.starts for worker in self._workers)
+
+    def close(self) -> None:
+        """Stop every worker. One still compiling (a graph compiled ahead that never ran,
+        e.g. the backward of a forward-only program at exit) is killed, not waited for."""
+        with self._changed:
+            self._closed = True
+            busy = [w for w in self._workers if w not in self._idle]
+            workers, self._workers, self._idle = self._workers, [], []
+            self._changed.notify_all()
+        for worker in busy:
+            worker.abandon()
+        for worker in workers:
+            worker.close()
