@@ -85,3 +85,20 @@ def test_split_module_keeps_helpers_defined_once_per_process(tmp_path, monkeypat
     x = torch.randn(256)
     (out,) = CpuExecutable(so, [((256,), torch.float32)]).run([x])
     torch.testing.assert_close(out, x * x + x * NESTS, rtol=1e-5, atol=1e-4)
+
+
+def test_identical_nests_are_merged_before_code_generation(tmp_path, monkeypatch):
+    """Nests 1..NESTS-1 are the same loop (tmp += x): one definition reaches opt/llc."""
+    split_inputs = []
+    real_split = cpu_codegen._split
+    monkeypatch.setattr(cpu_codegen, "_split", lambda ll, directory: (
+        split_inputs.append(ll.read_text()), real_split(ll, directory))[1])
+    so = cpu_codegen.build_shared_object(str(cpu_pipeline.to_llvm(_loops_module())), tmp_path)
+    (text,) = split_inputs
+    # nest0 (reads x twice) and the first of the NESTS - 1 identical ones are left;
+    # main calls that one for all of them.
+    assert text.count('define internal void @"main$nest') == 2, text[:3000]
+    assert text.count('call void @"main$nest1"(') == NESTS - 1
+    x = torch.randn(256)
+    (out,) = CpuExecutable(so, [((256,), torch.float32)]).run([x])
+    torch.testing.assert_close(out, x * (NESTS + 1), rtol=1e-6, atol=1e-5)
