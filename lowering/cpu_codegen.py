@@ -8,9 +8,8 @@ schedule left scalar, cleanup of the unrolled vector code); `llc` alone
 does none of it. Math calls (expf, tanhf, logf...) in loops are vectorized
 against glibc's libmvec (`-vector-library=LIBMVEC`, AVX-512/AVX2 variants)
 where the host has it; without it they stay one libm call per element.
-Identical functions are merged first (`opt -passes=mergefunc`: repeated layers
-give repeated loop nests). Large modules are split into parts (`llvm-split`;
-lowering/cpu_outline.py made each loop nest a function) that `opt` and `llc` compile in parallel
+Large modules are split into parts (`llvm-split`; lowering/cpu_outline.py
+made each loop nest a function, identical ones once) that `opt` and `llc` compile in parallel
 processes, linked into one `.so`. Not MLIR's
 ExecutionEngine: with the LLVM 22 Python bindings its JIT produced code that
 corrupted memory at -O1/-O2 on graphs whose IR is correct
@@ -134,10 +133,6 @@ def build_shared_object(llvm_text: str, directory: Path) -> Path:
     vector_math_opt, vector_math_link = _vector_math()
     if vector_math_opt:  # erff & co.: libmvec variants LLVM's own table lacks
         ll_file.write_text(cpu_vector_math.annotate(ll_file.read_text()))
-    # Identical functions merged first: a transformer's layers give the same loop nests
-    # (cpu_outline.py) and parallel regions again and again (GPT forward graph: 211 ->
-    # 148 functions, 1.7 -> 1.0 MB of IR, opt + llc 3.5 -> 1.8 s; docs/cpu-performance.md).
-    _run([tools["opt"], "-passes=mergefunc", str(ll_file), "-S", "-o", str(ll_file)])
     parts = _split(ll_file, directory)
 
     def compile_part(part: Path) -> Path:

@@ -1,4 +1,5 @@
-"""Each top-level loop nest of a CPU graph becomes a function of its own (at the `llvm` stage).
+"""Each top-level loop nest of a CPU graph becomes a function of its own (end of the
+`loops` stage), and identical nests one function.
 
 Why: a graph is one `main` function, and LLVM's loop passes analyse the whole
 function again for every loop they transform. On the GPT training step's
@@ -6,21 +7,25 @@ forward graph (~290 loop nests), `opt -O3` spent 68% of its time in
 LoopVectorizePass; with the nests outlined, `opt` took 3.05 s instead of 5.91 s
 (docs/cpu-performance.md, "Cold compile"). Separate functions are also what lets
 lowering/cpu_codegen.py split the module and generate code for the parts in
-parallel.
+parallel. And a model's layers repeat their nests: the GPT forward graph's 209
+nests are 98 distinct functions, compiled once each.
 
-How: the upstream transform `transform.loop.outline` on every `scf.for` directly
-in a public function's body (the OpenMP regions of parallel loops are outlined
-by the OpenMP translation already). The new functions are private and
+How: the upstream transform `transform.loop.outline` on every `scf.for` and
+`scf.forall` directly in a public function's body, before the parallel ones
+become OpenMP regions (cpu_pipeline.to_loops). The new functions are private and
 `noinline` (LLVM would inline a function with one caller straight back), with
 names `<function>$nest<k>`. The outliner turns everything a nest uses from outside
 into arguments; two facts LLVM had inside `main` are given back: constants (loop
 bounds) are cloned into the nest, and a temporary no other argument views is
-`noalias` (see `_constants_into_callees`, `_mark_noalias`).
+`noalias` (see `_constants_into_callees`, `_mark_noalias`). Then functions that
+print the same (name aside) are merged (`_merge_identical`).
 """
 
 from __future__ import annotations
 
-from mlir import ir
+import re
+
+from mlir import ir, passmanager
 from mlir.dialects.transform import interpreter
 
 from .i1_storage import walk
@@ -32,6 +37,9 @@ TAG = "lazymlir.outline"
 NOALIAS = "lazymlir.noalias_args"
 # Below this many top-level nests the whole function is small: nothing to gain.
 MIN_NESTS = 8
+# The loops outlined: sequential nests, and parallel ones before they become OpenMP
+# regions (lowering/cpu_parallel.py).
+NEST_OPS = ("scf.for", "scf.forall")
 
 
 def outline_loop_nests(module: ir.Module) -> int:
@@ -44,7 +52,7 @@ def outline_loop_nests(module: ir.Module) -> int:
             continue  # private helpers (math outlined by convert-math-to-funcs...)
         name = ir.StringAttr(func.operation.attributes["sym_name"]).value
         nests = [op for op in func.regions[0].blocks[0].operations
-                 if op.operation.name == "scf.for"]
+                 if op.operation.name in NEST_OPS]
         if len(nests) < MIN_NESTS:
             continue
         for nest in nests:
@@ -77,7 +85,49 @@ def outline_loop_nests(module: ir.Module) -> int:
             func.operation.attributes["passthrough"] = ir.ArrayAttr.get(
                 [ir.StringAttr.get("noinline")])
     _constants_into_callees(module, functions)
+    _merge_identical(module, functions)
     return len(tagged)
+
+
+_OUTLINE_TAG = re.compile(TAG.replace(".", r"\.") + r" = \d+ : i64")
+_FUNC_START = re.compile(r"(?m)^  func\.func ")
+_FUNC_NAME = re.compile(r'(?:private |public )?@("[^"]+"|[\w$.]+)\(')
+
+
+def _merge_identical(module: ir.Module, functions: dict) -> None:
+    """Outlined nests that are the same function (a transformer's layers repeat their
+    loop nests, constants and noalias marks included) become one: the calls of the
+    others call the first, and the others are erased, so LLVM compiles each once.
+    Done here rather than by LLVM's mergefunc pass on the whole module, which also
+    merged the OpenMP regions' outlined bodies and made the GPT step ~8% slower
+    (docs/cpu-performance.md, "Cold compile")."""
+    # One form per function (the cloned constants deduplicated and ordered), printed
+    # once for the whole module: printing each function alone costs ~5 ms apiece.
+    passmanager.PassManager.parse("builtin.module(func.func(canonicalize,cse))").run(
+        module.operation)
+    first: dict[str, str] = {}
+    replaced: dict[str, str] = {}
+    for chunk in _FUNC_START.split(str(module))[1:]:
+        name = _FUNC_NAME.match(chunk)
+        if name is None or name.group(1).strip('"') not in functions:
+            continue
+        name = name.group(1).strip('"')
+        body = chunk[chunk.index("("):]
+        key = _OUTLINE_TAG.sub("", body[:body.find("\n  }\n")])  # up to its closing brace
+        if key in first:
+            replaced[name] = first[key]
+        else:
+            first[key] = name
+    if not replaced:
+        return
+    calls: list[ir.Operation] = []
+    walk(module.operation, lambda op: calls.append(op) if op.name == "func.call" else None)
+    for op in calls:
+        callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
+        if callee in replaced:
+            op.attributes["callee"] = ir.FlatSymbolRefAttr.get(replaced[callee])
+    for name in replaced:
+        functions.pop(name).operation.erase()
 
 
 def _constants_into_callees(module: ir.Module, functions: dict) -> None:

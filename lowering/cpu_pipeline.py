@@ -49,7 +49,12 @@ LOOPS_PIPELINE = (
     "func.func(convert-linalg-to-loops),"
     # Temporaries get deallocations where their last use is.
     "buffer-deallocation-pipeline,convert-bufferization-to-memref,"
-    "canonicalize,cse,"
+    "canonicalize,cse)"
+)
+# Then each loop nest becomes a function of its own, identical ones one function
+# (cpu_outline.outline_loop_nests), and:
+PARALLEL_LOOPS_PIPELINE = (
+    "builtin.module("
     # The scf.forall loops (cpu_fusion, cpu_schedule: only for work large
     # enough to pay for a dispatch) run on all cores, as OpenMP regions
     # (lowering/cpu_parallel.py says how and on which threads).
@@ -138,19 +143,25 @@ def _schedule(module) -> None:
 
 def to_loops(text: str):
     try:
-        return run_pipeline(UPSTREAM, text, LOOPS_PIPELINE, before=_schedule)
+        module = run_pipeline(UPSTREAM, text, LOOPS_PIPELINE, before=_schedule)
     except cpu_schedule.ScheduleFailure as error:
         # A strategy that does not fit an op costs speed, not the graph: the
         # unscheduled pipeline lowers every linalg op to scalar loops.
         log.warning("%s; compiling this graph without tiling/vectorization", error)
-        return run_pipeline(UPSTREAM, text, LOOPS_PIPELINE, before=_unscheduled)
+        module = run_pipeline(UPSTREAM, text, LOOPS_PIPELINE, before=_unscheduled)
+    # Outlined before the parallel loops become OpenMP regions, so that a parallel
+    # nest repeated by every layer of a model is one function too (the regions are
+    # most of a transformer graph's code).
+    return run_pipeline(UPSTREAM, str(module), PARALLEL_LOOPS_PIPELINE,
+                        before=cpu_outline.outline_loop_nests)
 
 
 def _mark_c_interface(module) -> None:
+    """The public functions (the graph; not its outlined nests) get a C interface."""
     from mlir import ir
 
     for op in module.body.operations:
-        if op.operation.name == "func.func":
+        if op.operation.name == "func.func" and "sym_visibility" not in op.attributes:
             op.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()
 
 
@@ -159,8 +170,6 @@ def to_llvm(text: str):
 
     def before(module) -> None:
         _mark_c_interface(module)
-        # After the marking: the nests' functions are private, no C interface.
-        cpu_outline.outline_loop_nests(module)
         noalias.update(cpu_outline.noalias_plan(module))
         # No __truncdfbf2 to link against: double -> bfloat16 goes through float.
         bf16_rounding.split_double_to_bfloat16(module)

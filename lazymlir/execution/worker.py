@@ -2,9 +2,10 @@
 (segfault, abort, LLVM fatal error) in torch-mlir/MLIR/LLVM cannot kill the
 user's Python process.
 
-One persistent worker per session, started on the first cache miss (cache hits
-never touch it). Requests and replies are pickled, length-prefixed messages on
-the worker's stdin/stdout; the worker's own stdout/stderr go to a log file, so
+A session's workers (worker_pool.py) start on the first cache miss (cache hits
+never touch them), forked from this process (LAZYMLIR_COMPILE_WORKER_FORK=0: a
+fresh `python -m lazymlir.execution.worker_main`). Requests and replies are
+pickled, length-prefixed messages on the worker's stdin/stdout; the worker's own stdout/stderr go to a log file, so
 compiler noise never reaches the user's terminal and the tail of that log is
 quoted when the worker dies. The worker reports each stage as it starts, so a
 crash names the stage it happened in. After a crash the next request starts a
@@ -26,6 +27,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from pathlib import Path
 
 from ..support.errors import CompilerCrashError
@@ -131,7 +133,11 @@ def _fork_worker(log_fd: int) -> _ForkedProcess:
     """
     request_read, request_write = os.pipe()
     reply_read, reply_write = os.pipe()
-    pid = os.fork()
+    with warnings.catch_warnings():
+        # Python >= 3.12 warns on fork with threads alive (here PyTorch's OpenMP pool);
+        # the child runs on one thread and enters no OpenMP region.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
     if pid == 0:  # the child: never returns
         code = 1
         try:

@@ -19,25 +19,30 @@ pytestmark = pytest.mark.skipif(target_name() != "cpu", reason="CPU code generat
 NESTS = 12
 
 
-def _loops_module() -> str:
-    """`main(x, out)`: out = x * (k + 1) after NESTS nests, through a temporary."""
+def _loops_module(distinct: bool = True) -> str:
+    """`main(x, out)`: out = x * (NESTS + 1) (+ 0 + 1 + ... + NESTS - 1 if `distinct`)
+    after NESTS nests, through a temporary; without `distinct`, nests 1.. are the same.
+    Bufferized-stage IR: cpu_pipeline.to_loops outlines the nests."""
     nests = []
     for k in range(NESTS):
         source = "%arg0" if k == 0 else "%tmp"
+        add = (f"%k{k} = arith.constant {k}.0 : f32\n      %w{k} = arith.addf %u{k}, %k{k} : f32"
+               if distinct else f"%w{k} = arith.maximumf %u{k}, %u{k} : f32")  # = u
         nests.append(f"""    scf.for %i{k} = %c0 to %c256 step %c1 {{
       %v{k} = memref.load {source}[%i{k}] : memref<256xf32>
       %x{k} = memref.load %arg0[%i{k}] : memref<256xf32>
-      %w{k} = arith.addf %v{k}, %x{k} : f32
+      %u{k} = arith.addf %v{k}, %x{k} : f32
+      {add}
       memref.store %w{k}, %tmp[%i{k}] : memref<256xf32>
     }}""")
-    return ("// lazymlir-stage: loops\nmodule {\n"
+    return ("// lazymlir-stage: bufferized\nmodule {\n"
             "  func.func @main(%arg0: memref<256xf32>, %arg1: memref<256xf32>) {\n"
             "    %c0 = arith.constant 0 : index\n    %c1 = arith.constant 1 : index\n"
             "    %c256 = arith.constant 256 : index\n"
             "    %tmp = memref.alloc() {alignment = 64 : i64} : memref<256xf32>\n"
             + "\n".join(nests) + "\n"
             "    memref.copy %tmp, %arg1 : memref<256xf32> to memref<256xf32>\n"
-            "    memref.dealloc %tmp : memref<256xf32>\n    return\n  }\n}\n")
+            "    return\n  }\n}\n")
 
 
 @pytest.mark.parametrize("split", [False, True])
@@ -48,7 +53,7 @@ def test_outlined_and_split_module_computes_like_eager(tmp_path, monkeypatch, sp
     if split:  # small enough to stay whole by default: force 3 parts
         monkeypatch.setattr(cpu_codegen, "SPLIT_MIN_BYTES", 1)
         monkeypatch.setattr(cpu_codegen.os, "cpu_count", lambda: 3)
-    llvm = cpu_pipeline.to_llvm(_loops_module())
+    llvm = cpu_pipeline.to_llvm(str(cpu_pipeline.to_loops(_loops_module())))
     text = str(llvm)
     assert text.count("llvm.func internal @main$nest") == NESTS
     so = cpu_codegen.build_shared_object(text, tmp_path)
@@ -57,7 +62,7 @@ def test_outlined_and_split_module_computes_like_eager(tmp_path, monkeypatch, sp
     assert sum(1 for c in commands if c[0].endswith("llc")) == (3 if split else 1)
     x = torch.randn(256)
     (out,) = CpuExecutable(so, [((256,), torch.float32)]).run([x])
-    torch.testing.assert_close(out, x * (NESTS + 1), rtol=1e-6, atol=1e-5)
+    torch.testing.assert_close(out, x * (NESTS + 1) + sum(range(NESTS)), rtol=1e-6, atol=1e-5)
     assert sorted(p.name for p in tmp_path.iterdir()) == [cpu_codegen.SO_NAME]
 
 
@@ -66,10 +71,16 @@ def test_split_module_keeps_helpers_defined_once_per_process(tmp_path, monkeypat
     defined in the part that uses them (else: undefined symbol when the graph loads)."""
     monkeypatch.setattr(cpu_codegen, "SPLIT_MIN_BYTES", 1)
     monkeypatch.setattr(cpu_codegen.os, "cpu_count", lambda: 3)
+    # The exponent: 2 for every element, but not a constant the canonicalizer folds.
     text = _loops_module().replace(
-        "%w0 = arith.addf %v0, %x0 : f32",
-        "%c2 = arith.constant 2 : i64\n      %p0 = math.fpowi %v0, %c2 : f32, i64\n"
-        "      %w0 = arith.addf %p0, %x0 : f32")
+        "%u0 = arith.addf %v0, %x0 : f32",
+        "%i64_0 = arith.index_cast %i0 : index to i64\n"
+        "      %c2 = arith.constant 2 : i64\n      %c3 = arith.constant 3 : i64\n"
+        "      %m0 = arith.remui %i64_0, %c2 : i64\n      %e0 = arith.subi %c3, %m0 : i64\n"
+        "      %o0 = arith.andi %e0, %c2 : i64\n"
+        "      %p0 = math.fpowi %v0, %o0 : f32, i64\n"
+        "      %u0 = arith.addf %p0, %x0 : f32")
+    assert "math.fpowi" in text
     split_inputs = []
     real_split = cpu_codegen._split
     def split(ll, directory):
@@ -78,27 +89,44 @@ def test_split_module_keeps_helpers_defined_once_per_process(tmp_path, monkeypat
         return parts
 
     monkeypatch.setattr(cpu_codegen, "_split", split)
-    so = cpu_codegen.build_shared_object(str(cpu_pipeline.to_llvm(text)), tmp_path)
+    so = cpu_codegen.build_shared_object(
+        str(cpu_pipeline.to_llvm(str(cpu_pipeline.to_loops(text)))), tmp_path)
     # What llvm-split got: the helper as an internal (one part's hidden) definition.
     assert "define linkonce_odr" not in split_inputs[0]
     assert "define internal float @__mlir_math_fpowi_f32_i64" in split_inputs[0]
     x = torch.randn(256)
     (out,) = CpuExecutable(so, [((256,), torch.float32)]).run([x])
-    torch.testing.assert_close(out, x * x + x * NESTS, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(out, x * x + x * NESTS + sum(range(NESTS)), rtol=1e-5, atol=1e-4)
 
 
-def test_identical_nests_are_merged_before_code_generation(tmp_path, monkeypatch):
-    """Nests 1..NESTS-1 are the same loop (tmp += x): one definition reaches opt/llc."""
-    split_inputs = []
-    real_split = cpu_codegen._split
-    monkeypatch.setattr(cpu_codegen, "_split", lambda ll, directory: (
-        split_inputs.append(ll.read_text()), real_split(ll, directory))[1])
-    so = cpu_codegen.build_shared_object(str(cpu_pipeline.to_llvm(_loops_module())), tmp_path)
-    (text,) = split_inputs
-    # nest0 (reads x twice) and the first of the NESTS - 1 identical ones are left;
-    # main calls that one for all of them.
-    assert text.count('define internal void @"main$nest') == 2, text[:3000]
-    assert text.count('call void @"main$nest1"(') == NESTS - 1
+def test_identical_nests_are_one_function(tmp_path):
+    """Nests 1..NESTS-1 are the same loop (tmp = tmp + x): they become one function,
+    which main calls NESTS - 1 times (cpu_outline._merge_identical)."""
+    loops = str(cpu_pipeline.to_loops(_loops_module(distinct=False)))
+    assert loops.count("func.func private @main$nest") == 2, loops
+    assert loops.count("call @main$nest1(") == NESTS - 1
+    so = cpu_codegen.build_shared_object(str(cpu_pipeline.to_llvm(loops)), tmp_path)
     x = torch.randn(256)
     (out,) = CpuExecutable(so, [((256,), torch.float32)]).run([x])
     torch.testing.assert_close(out, x * (NESTS + 1), rtol=1e-6, atol=1e-5)
+
+
+def test_parallel_nests_are_outlined_before_they_become_openmp_regions():
+    """An scf.forall nest is a function too; its OpenMP region is inside it."""
+    nests = "\n".join(f"""    scf.forall (%i{k}) in (64) {{
+      %r{k} = arith.muli %i{k}, %c1024 : index
+      scf.for %j{k} = %c0 to %c1024 step %c1 {{
+        %p{k} = arith.addi %r{k}, %j{k} : index
+        %v{k} = memref.load %arg0[%p{k}] : memref<65536xf32>
+        %w{k} = arith.addf %v{k}, %v{k} : f32
+        memref.store %w{k}, %arg1[%p{k}] : memref<65536xf32>
+      }}
+    }}""" for k in range(8))
+    text = ("// lazymlir-stage: bufferized\nmodule {\n"
+            "  func.func @main(%arg0: memref<65536xf32>, %arg1: memref<65536xf32>) {\n"
+            "    %c0 = arith.constant 0 : index\n    %c1 = arith.constant 1 : index\n"
+            "    %c1024 = arith.constant 1024 : index\n" + nests + "\n    return\n  }\n}\n")
+    loops = str(cpu_pipeline.to_loops(text))
+    main = loops[loops.index("func.func @main"):]
+    assert "omp.parallel" not in main and main.count("call @main$nest0(") == 8, loops
+    assert loops.count("func.func private @main$nest") == 1 and "omp.parallel" in loops
