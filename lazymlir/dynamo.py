@@ -32,6 +32,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from . import targets
 from .execution import executor
+from .tracing import tracer
 from .lowering import fx_graph
 
 
@@ -169,9 +170,12 @@ def _fma(a, b, c):
 
 def _decompositions():
     from torch._inductor import inductor_prims
-    from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 
-    table = dict(get_decomposition_table())
+    # The lazy device's table: torch-mlir's, less the ops the pipeline lowers whole.
+    # With torch-mlir's full table, layer_norm reached the pipeline as var_mean, which
+    # eager computes in float64 (lowering/numerics.py): 4.7x eager through
+    # torch.compile against 1.8x on the lazy device (benchmarks/run.py, 4096x1024).
+    table = dict(tracer.decomposition_table())
     # Dynamo itself rewrites `addcmul_(..., value=)` (every Adam/AdamW/RMSprop step) into
     # inductor's `prims.fma` (torch._dynamo.config.enable_dynamo_decompositions), an op
     # only inductor lowers and only `torch._inductor` registers. Eager's addcmul rounds

@@ -5,12 +5,13 @@ user's Python process.
 A session's workers (worker_pool.py) start on the first cache miss (cache hits
 never touch them), forked from this process (LAZYMLIR_COMPILE_WORKER_FORK=0: a
 fresh `python -m lazymlir.execution.worker_main`). Requests and replies are
-pickled, length-prefixed messages on the worker's stdin/stdout; the worker's own stdout/stderr go to a log file, so
-compiler noise never reaches the user's terminal and the tail of that log is
-quoted when the worker dies. The worker reports each stage as it starts, so a
-crash names the stage it happened in. After a crash the next request starts a
-fresh worker. LAZYMLIR_COMPILE_WORKER=0 compiles in-process instead (for
-debugging with gdb; a crash then kills the process).
+pickled, length-prefixed messages on the worker's stdin/stdout; the worker's own
+stdout/stderr go to a log file, so compiler noise never reaches the user's
+terminal and the tail of that log is quoted when the worker dies. The worker
+reports each stage as it starts, so a crash names the stage it happened in.
+After a crash the next request starts a fresh worker. LAZYMLIR_COMPILE_WORKER=0
+compiles in-process instead (for debugging with gdb; a crash then kills the
+process).
 """
 
 from __future__ import annotations
