@@ -134,11 +134,16 @@ def _fork_worker(log_fd: int) -> _ForkedProcess:
     """
     request_read, request_write = os.pipe()
     reply_read, reply_write = os.pipe()
-    with warnings.catch_warnings():
-        # Python >= 3.12 warns on fork with threads alive (here PyTorch's OpenMP pool);
-        # the child runs on one thread and enters no OpenMP region.
-        warnings.simplefilter("ignore", DeprecationWarning)
-        pid = os.fork()
+    try:
+        with warnings.catch_warnings():
+            # Python >= 3.12 warns on fork with threads alive (here PyTorch's OpenMP
+            # pool); the child runs on one thread and enters no OpenMP region.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+    except OSError:
+        for fd in (request_read, request_write, reply_read, reply_write):
+            os.close(fd)
+        raise
     if pid == 0:  # the child: never returns
         code = 1
         try:
@@ -204,9 +209,15 @@ class CompileWorker:
             # Unbuffered replies: the deadline wait selects on the pipe, which cannot see
             # messages already read ahead into a buffer (a reply stuck there hung the
             # client until the timeout while the worker waited for the next request).
+            self._process = None
             if self.fork and self.module == CompileWorker.module:
-                self._process = _fork_worker(log_file.fileno())
-            else:
+                try:
+                    self._process = _fork_worker(log_file.fileno())
+                except OSError as error:  # e.g. ENOMEM under strict overcommit
+                    log.warning("cannot fork a compile worker (%s); starting a fresh "
+                                "interpreter instead", error)
+                    self.fork = False
+            if self._process is None:
                 self._process = subprocess.Popen(
                     [sys.executable, "-m", self.module], bufsize=0,
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_file, env=env)

@@ -166,6 +166,17 @@ def test_forked_worker_compiles_and_a_killed_one_is_replaced():
         session.reset()
 
 
+def test_a_worker_that_cannot_be_forked_starts_as_a_fresh_interpreter(monkeypatch):
+    def no_fork():
+        raise OSError(12, "Cannot allocate memory")
+
+    monkeypatch.setattr(os, "fork", no_fork)
+    worker = CompileWorker(fork=True)
+    worker.start()
+    assert isinstance(worker._process, subprocess.Popen) and not worker.fork
+    worker.close()
+
+
 def test_hung_compile_times_out_and_the_worker_is_replaced(monkeypatch):
     worker = CompileWorker(timeout=5)
     monkeypatch.setattr(worker, "module", "hanging_worker")
