@@ -234,3 +234,33 @@ def test_graphs_keep_the_ops_the_pipeline_lowers_whole(monkeypatch):
     ops = [node["op"] for graph, _, _ in graphs for node in graph["nodes"]]
     assert "aten.native_layer_norm.default" in ops and not any("var_mean" in o for o in ops)
     assert_no_fallback()
+
+
+def test_an_op_that_does_not_lower_falls_back_inside_the_compiled_graph(monkeypatch):
+    """A graph compiled ahead that fails: its first run splits it around the op (a
+    counted eager fallback), or raises with LAZYMLIR_FALLBACK=error."""
+    from lazymlir.lowering import numerics
+
+    real = numerics.apply
+
+    def apply(gm):
+        if any("atan2" in str(node.target) for node in gm.graph.nodes):
+            raise NotImplementedError("injected: atan2 does not lower")
+        return real(gm)
+
+    monkeypatch.setattr(numerics, "apply", apply)
+    current = lazymlir.session.reset()  # workers forked from here on inherit the injection
+    try:
+        current.settings.cache_dir = None
+        x, y = torch.randn(8, 4), torch.randn(8, 4)
+        fn = lambda x, y: (torch.atan2(x, y) * 2).sum(1) + x.exp().sum(1)  # noqa: E731
+        torch.testing.assert_close(_compile(fn)(x, y), fn(x, y))
+        assert metrics.fallback_ops() == {"aten::atan2": 1}, metrics.fallback_ops()
+        torch._dynamo.reset()
+        current = lazymlir.session.reset()
+        current.settings.cache_dir = None
+        current.settings.fallback = "error"
+        with pytest.raises(lazymlir.CompileError, match="injected: atan2 does not lower"):
+            _compile(fn)(x, y)
+    finally:
+        lazymlir.session.reset()
