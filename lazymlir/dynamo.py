@@ -32,8 +32,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from . import targets
 from .execution import executor
-from .tracing import tracer
 from .lowering import fx_graph
+from .tracing import tracer
 
 
 class UnsupportedGraphError(NotImplementedError):
