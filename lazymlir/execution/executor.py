@@ -165,7 +165,10 @@ def _make_plan(current, target, graph: dict, key: str):
         graph = checked.graph
     flags = checked.checks if checked is not None else 0
     text = fx_graph.dumps(graph)
-    entry, artifact = _cached_artifact(current, target, key, text)
+    # A compile started ahead stores its artifact when it ends: found on disk, it is
+    # still this process's compile (and its future must be taken, below).
+    entry, artifact = (None, None) if key in current.compiles_ahead else \
+        _cached_artifact(current, target, key, text)
     disk = _disk(current)
     if artifact is not None:
         try:

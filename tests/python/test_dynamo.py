@@ -264,3 +264,25 @@ def test_an_op_that_does_not_lower_falls_back_inside_the_compiled_graph(monkeypa
             _compile(fn)(x, y)
     finally:
         lazymlir.session.reset()
+
+
+def test_a_compile_ahead_stored_before_its_first_run_is_still_this_process_compile(
+        tmp_path, monkeypatch):
+    current = lazymlir.session.reset()
+    try:
+        current.settings.compile_worker = True
+        current.settings.cache_dir = str(tmp_path / "cache")
+        real = lazymlir.execution.executor.compile_ahead
+
+        def compile_ahead_and_wait(graph, key):  # done (and on disk) before it runs
+            real(graph, key)
+            for _, future in list(current.compiles_ahead.values()):
+                future.result()
+
+        monkeypatch.setattr(lazymlir.execution.executor, "compile_ahead",
+                            compile_ahead_and_wait)
+        _train(_mlp(), compiled=True, steps=1)
+        assert metrics.counter("UncachedCompile") == 2 and not current.compiles_ahead
+        assert metrics.counter("DiskCacheHit") == 0
+    finally:
+        lazymlir.session.reset()
