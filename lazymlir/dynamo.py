@@ -33,7 +33,6 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from . import targets
 from .execution import executor
 from .lowering import fx_graph
-from .tracing import tracer
 
 
 class UnsupportedGraphError(NotImplementedError):
@@ -170,12 +169,14 @@ def _fma(a, b, c):
 
 def _decompositions():
     from torch._inductor import inductor_prims
+    from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 
-    # The lazy device's table: torch-mlir's, less the ops the pipeline lowers whole.
-    # With torch-mlir's full table, layer_norm reached the pipeline as var_mean, which
-    # eager computes in float64 (lowering/numerics.py): 4.7x eager through
-    # torch.compile against 1.8x on the lazy device (benchmarks/run.py, 4096x1024).
-    table = dict(tracer.decomposition_table())
+    # torch-mlir's whole table. Not the lazy device's (which keeps native_layer_norm,
+    # addmm, softmax... whole): with it a 4096x1024 layer_norm through torch.compile
+    # took 1.6 ms instead of 6.1 (one thread: var_mean is computed in float64, as
+    # eager's var), but the GPT training step went from 0.92x to 1.06x eager
+    # (docs/cpu-performance.md, "Cold compile, fifth session").
+    table = dict(get_decomposition_table())
     # Dynamo itself rewrites `addcmul_(..., value=)` (every Adam/AdamW/RMSprop step) into
     # inductor's `prims.fma` (torch._dynamo.config.enable_dynamo_decompositions), an op
     # only inductor lowers and only `torch._inductor` registers. Eager's addcmul rounds

@@ -564,13 +564,6 @@ _KEEP = {
 }
 
 
-def decomposition_table() -> dict:
-    """The decompositions applied before the pipeline sees an op: torch-mlir's table
-    (what its FX path applies before import) less the ops it lowers whole (_KEEP).
-    The torch.compile backend hands AOTAutograd the same table (lazymlir/dynamo.py)."""
-    return _decompositions()
-
-
 def _decompositions():
     """torch-mlir's decomposition table (what its FX path applies before import)."""
     global _DECOMPOSITIONS

@@ -221,21 +221,6 @@ def test_forward_and_backward_compile_at_once_in_two_workers(tmp_path):
         lazymlir.session.reset()
 
 
-def test_graphs_keep_the_ops_the_pipeline_lowers_whole(monkeypatch):
-    # As on the lazy device: layer_norm reaches the pipeline as native_layer_norm, not
-    # as var_mean (computed in float64 to match eager's var: 4x slower here).
-    graphs = []
-    real = lazymlir.dynamo.to_fx_stage
-    monkeypatch.setattr(lazymlir.dynamo, "to_fx_stage",
-                        lambda gm: graphs.append(real(gm)) or graphs[-1])
-    x, w, b = torch.randn(64, 32), torch.randn(32), torch.randn(32)
-    out = _compile(lambda x, w, b: nn.functional.layer_norm(x, (32,), w, b))(x, w, b)
-    torch.testing.assert_close(out, nn.functional.layer_norm(x, (32,), w, b))
-    ops = [node["op"] for graph, _, _ in graphs for node in graph["nodes"]]
-    assert "aten.native_layer_norm.default" in ops and not any("var_mean" in o for o in ops)
-    assert_no_fallback()
-
-
 def test_an_op_that_does_not_lower_falls_back_inside_the_compiled_graph(monkeypatch):
     """A graph compiled ahead that fails: its first run splits it around the op (a
     counted eager fallback), or raises with LAZYMLIR_FALLBACK=error."""
