@@ -171,3 +171,88 @@ def test_on_device_with_emulator_driver(tmp_path):
     done = subprocess.run([sys.executable, "-c", DEVICE_SCRIPT, str(HERE)], env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 and "device ok" in done.stdout, done.stderr[-4000:]
+
+
+FRAGMENT_KERNEL = """
+!S = memref<16x16xf16, #gpu.address_space<workgroup>>
+!A = !gpu.mma_matrix<16x16xf16, "AOp">
+!B = !gpu.mma_matrix<16x16xf16, "BOp">
+!C = !gpu.mma_matrix<16x16xf32, "COp">
+module attributes {gpu.container_module} {
+  gpu.module @frag {
+    gpu.func @frag(%out: memref<16x16xf32>, %flag: i1) workgroup(%a: !S, %b: !S) kernel
+        ATTRS {
+      %c0 = arith.constant 0 : index
+      %zero = arith.constant 0.0 : f32
+      %fa = gpu.subgroup_mma_load_matrix %a[%c0, %c0] {leadDimension = 16 : index} : !S -> !A
+      %fb = gpu.subgroup_mma_load_matrix %b[%c0, %c0] {leadDimension = 16 : index} : !S -> !B
+      %fc = gpu.subgroup_mma_constant_matrix %zero : !C
+      BODY
+      gpu.return
+    }
+  }
+}
+"""
+STRAIGHT = """%d = gpu.subgroup_mma_compute %fa, %fb, %fc : !A, !B -> !C
+      gpu.subgroup_mma_store_matrix %d, %out[%c0, %c0] {leadDimension = 16 : index}
+          : !C, memref<16x16xf32>"""
+KNOWN = "attributes {known_block_size = array<i32: 32, 1, 1>}"
+
+
+@pytest.mark.parametrize("attrs,body,message", [
+    ("", STRAIGHT, "known block size"),
+    (KNOWN, """scf.if %flag {
+        %d = gpu.subgroup_mma_compute %fa, %fb, %fc : !A, !B -> !C
+        gpu.subgroup_mma_store_matrix %d, %out[%c0, %c0] {leadDimension = 16 : index}
+            : !C, memref<16x16xf32>
+      }""", "inside control flow"),
+    (KNOWN, """%d = gpu.subgroup_mma_elementwise addf %fc, %fc : (!C, !C) -> !C""",
+     "subgroup_mma_elementwise"),
+    (KNOWN, STRAIGHT.replace("%fc :", "%fc {a_transpose} :"), "a_transpose"),
+])
+def test_emulator_rejects_unsupported_fragment_code(attrs, body, message):
+    from lazymlir.lowering import gpu_emulator
+
+    text = FRAGMENT_KERNEL.replace("ATTRS", attrs).replace("BODY", body)
+    with pytest.raises(gpu_pipeline.GpuLoweringError, match=message):
+        gpu_emulator.emulator_images_from_text(text)
+
+
+def test_emulator_runs_one_fragment_product(runtime):
+    """A single warp: C = A @ B of two 16x16 f16 tiles staged in workgroup memory by
+    its 32 lanes, through the lane-0 fragment emulation."""
+    from lazymlir.lowering import gpu_emulator
+    from lazymlir.targets.cuda import CudaExecutable
+
+    # Lane t stages elements 8t .. 8t+7 of both tiles.
+    stage = """%t = gpu.thread_id x
+      %c1 = arith.constant 1 : index
+      %c8 = arith.constant 8 : index
+      %c16 = arith.constant 16 : index
+      %first = arith.muli %t, %c8 : index
+      scf.for %e = %c0 to %c8 step %c1 {
+        %k = arith.addi %first, %e : index
+        %y = arith.divui %k, %c16 : index
+        %x = arith.remui %k, %c16 : index
+        %va = memref.load %in[%c0, %y, %x] : memref<2x16x16xf16>
+        %vb = memref.load %in[%c1, %y, %x] : memref<2x16x16xf16>
+        memref.store %va, %a[%y, %x] : !S
+        memref.store %vb, %b[%y, %x] : !S
+      }
+      gpu.barrier
+"""
+    text = FRAGMENT_KERNEL.replace("ATTRS", KNOWN).replace(
+        "%out: memref<16x16xf32>, %flag: i1", "%in: memref<2x16x16xf16>, %out: memref<16x16xf32>"
+    ).replace("%c0 = arith.constant 0 : index\n", "%c0 = arith.constant 0 : index\n      "
+              + stage).replace("BODY", STRAIGHT)
+    images = gpu_emulator.emulator_images_from_text(text)
+    plan = ("lazymlir-plan 1\nbuffers 2\narg 0 0\narg 1 1\n"
+            "launch 0 frag 1 1 1 32 1 1 0 2 p0 p1\n")
+    exe = CudaExecutable(plan, [(n, i, "emulator") for n, i in images], [], runtime)
+    gen = torch.Generator().manual_seed(0)
+    ab = torch.randn(2, 16, 16, generator=gen).to(torch.float16)
+    src, out = runtime.copy_in(ab), runtime.alloc(16 * 16 * 4)
+    exe._plan.run(exe._modules, [src, out], runtime)
+    got = torch.empty(16, 16)
+    runtime.copy_out(out, got)
+    torch.testing.assert_close(got, ab[0].float() @ ab[1].float(), rtol=1e-5, atol=1e-5)
