@@ -35,7 +35,8 @@ in this LLVM 22 build, and it yields correct PTX for every sample graph):
 
 Shared memory is used by row reductions, fused row runs and float matmuls with M and
 N >= 32 (`gpu_matmul.py`: 128x128 tiles through shared memory, 8x8 register tiles,
-FMA); smaller matmuls stay one thread per output element.
+FMA); smaller matmuls stay one thread per output element. f16/bf16 matmuls with M and
+N >= 16 use tensor cores (`gpu_mma.py`: WMMA fragments from shared-memory tiles).
 """
 
 from __future__ import annotations
