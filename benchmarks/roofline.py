@@ -53,6 +53,11 @@ BARRIER_COST = 0.03e-6  # s, one barrier + shared-memory step of a block
 LAUNCH_GAP = 1.0e-6  # s, back-to-back launch gap per kernel
 UNROLL_LIMIT = 16  # constant-trip loops up to this many iterations are assumed unrolled
 SMEM_BW = SMS * 128 * 1.98e9  # bytes/s: 128 B/clk/SM at the 1.98 GHz boost clock
+# Dense tensor-core peaks (H100 SXM5 datasheet, no sparsity): f16/bf16 inputs with f32
+# accumulation 989.4 TFLOP/s (132 SMs x 4 tensor cores x 512 FMA/clk x 2 x 1.83 GHz),
+# tf32 half of it.
+TC_F16_PEAK = 989.4e12
+TC_TF32_PEAK = TC_F16_PEAK / 2
 
 MODEL = f"""\
 Model (an estimate from the generated code; no GPU ran any of it). H100 SXM5:
@@ -61,7 +66,8 @@ add/mul/fma issues at {FP32_ISSUE / 1e12:.1f} T instr/s), {SMS} SMs, {MAX_THREAD
 threads / {REGS_SM} registers / {SMEM_SM // 1024} KiB shared memory per SM, assumed L2
 bandwidth {L2_BW / 1e12:.1f} TB/s, shared memory {SMEM_BW / 1e12:.1f} TB/s (128 B/clk/SM),
 DRAM round trip {DRAM_LATENCY * 1e6:.1f} us, barrier
-step {BARRIER_COST * 1e6:.2f} us, launch gap {LAUNCH_GAP * 1e6:.1f} us.
+step {BARRIER_COST * 1e6:.2f} us, launch gap {LAUNCH_GAP * 1e6:.1f} us. Dense tensor
+cores: f16/bf16 {TC_F16_PEAK / 1e12:.1f} TFLOP/s, tf32 {TC_TF32_PEAK / 1e12:.1f} TFLOP/s.
 
 Per kernel:
 * bytes = compulsory HBM traffic: every buffer argument the kernel loads from counts its
@@ -80,10 +86,20 @@ Per kernel:
   no barrier (assumed unrolled: straight-line code); the straight-line loads between
   two barriers cost one round together (independent loads are in flight at once).
 * shared bytes = bytes loaded from and stored to workgroup memory by all threads.
+* mma flops = 2 x M x N x K of every warp-level matrix op (`gpu.subgroup_mma_compute`,
+  WMMA, one per warp: a thread's share is 1/32), counted apart from the FP32 flops;
+  its fragment loads/stores count as shared bytes (M x N x element size per warp).
+* t_mma (issue model of the mma instructions) = mma flops / the dense tensor-core rate
+  of the instruction's input type: f16 m16n16k16 at the f16/bf16 peak, tf32 m16n16k8
+  (bf16 matmuls: MLIR's WMMA fragments have no bf16, so bf16 is widened to tf32) at the
+  tf32 peak. Optimistic: it assumes the synchronous warp-level path (wmma/mma.sync)
+  issues at the full rate, which on H100 only the asynchronous wgmma reaches.
 * t_est = max(bytes / HBM, sector bytes / L2, shared bytes / shared bandwidth,
-  fp instrs / issue rate, waves x (rounds x round trip + barriers x barrier step))
-  + launch gap.
-* t_roof = max(bytes / HBM, flops / FP32 peak); fraction = t_roof / t_est.
+  fp instrs / issue rate, t_mma, waves x (rounds x round trip + barriers x barrier
+  step)) + launch gap.
+* t_roof = max(bytes / HBM, flops / FP32 peak + mma flops / f16-bf16 tensor peak) (the
+  roofline of an f16/bf16 matmul is the dense BF16 tensor-core peak whatever
+  instruction the kernel uses); fraction = t_roof / t_est.
 Copies count 2 x bytes, memsets 1 x bytes, each with a launch gap. Per graph, t_roof uses
 the graph's own inputs and outputs (the bytes a single fused pass must move) and the
 sum of kernel flops; the graph fraction is that over the sum of t_est.
@@ -120,6 +136,9 @@ def cases():
         "row_sum_4096x1024": (lambda x: x.sum(-1), lambda: (r(4096, 1024),)),
         "matmul_1024": (lambda a, b: a @ b, lambda: (r(1024, 1024), r(1024, 1024))),
         "matmul_4096": (lambda a, b: a @ b, lambda: (r(4096, 4096), r(4096, 4096))),
+        "matmul_bf16_4096": (lambda a, b: a @ b,
+                             lambda: (r(4096, 4096, dtype=torch.bfloat16),
+                                      r(4096, 4096, dtype=torch.bfloat16))),
         "mlp_block_fwd_bwd_2048x1024x4096": (
             _mlp_block, lambda: (r(2048, 1024), r(4096, 1024) * 0.03, r(4096),
                                  r(1024, 4096) * 0.015, r(1024), r(2048, 1024))),
@@ -158,6 +177,8 @@ class Counts:
     sector_bytes: float = 0.0  # per-thread share of the warp's sector bytes
     barriers: float = 0.0
     rounds: float = 0.0
+    mma_fp: float = 0.0  # warp-level matrix flops (a thread's 1/32 share)
+    mma_time: float = 0.0  # the same at the instruction's tensor-core rate (s)
     loaded: set = field(default_factory=set)  # argument numbers read
     stored: set = field(default_factory=set)
 
@@ -337,6 +358,18 @@ class KernelEval:
             if name == "memref.store":
                 self._access(op, op.operands[1], list(op.operands)[2:], weight, True)
                 continue
+            if name == "gpu.subgroup_mma_compute":
+                flops, rate = _mma_flops(op)
+                self.counts.mma_fp += weight * flops
+                self.counts.mma_time += weight * flops / rate
+                continue
+            if name in ("gpu.subgroup_mma_load_matrix", "gpu.subgroup_mma_store_matrix"):
+                frag = op.results[0] if op.results else op.operands[0]
+                mem = op.operands[0] if op.results else op.operands[1]
+                rows, cols, elem = _fragment(frag.type)
+                if _layout_shared(mem):
+                    self.counts.shared_bytes += weight * rows * cols * elem / 32
+                continue
             if name == "memref.atomic_rmw":
                 self._access(op, op.operands[1], list(op.operands)[2:], weight, True)
                 self._access(op, op.operands[1], list(op.operands)[2:], weight, False)
@@ -355,6 +388,20 @@ class KernelEval:
             self.counts.rounds += 1
             pending = False
         return pending or carried
+
+
+def _fragment(t) -> tuple[int, int, int]:
+    """(rows, cols, element bytes) of `!gpu.mma_matrix<RxCxT, "K">`."""
+    dims = str(t)[len("!gpu.mma_matrix<"):].split(",")[0]
+    rows, cols, elem = dims.split("x", 2)
+    return int(rows), int(cols), {"f16": 2, "bf16": 2, "f32": 4}.get(elem, 4)
+
+
+def _mma_flops(op) -> tuple[float, float]:
+    """(a thread's share of the op's flops, the instruction's dense rate in flop/s)."""
+    rows, inner, elem = _fragment(op.operands[0].type)
+    _, cols, _ = _fragment(op.operands[1].type)
+    return 2 * rows * cols * inner / 32, TC_F16_PEAK if elem == 2 else TC_TF32_PEAK
 
 
 def _has_barrier(op) -> bool:
@@ -404,6 +451,8 @@ class KernelStats:
     sector_bytes: float
     barriers: float
     rounds: float
+    mma_fp: float = 0.0
+    mma_time: float = 0.0
     ptxas: dict | None = None
 
 
@@ -436,6 +485,8 @@ def analyse_kernel(func, grid, block, arg_bytes: list[int]) -> KernelStats:
                 warp = 32 if stride_bytes == 0 else 32 * max(nbytes, min(stride_bytes, 32))
                 sector += weight * warp / 32
             total.fp += c.fp
+            total.mma_fp += c.mma_fp
+            total.mma_time += c.mma_time
             total.instrs += c.instrs
             total.shared_bytes += c.shared_bytes
             total.load_bytes += c.load_bytes
@@ -451,7 +502,8 @@ def analyse_kernel(func, grid, block, arg_bytes: list[int]) -> KernelStats:
     footprint += sum(arg_bytes[i] for i in stored if i < len(arg_bytes))
     return KernelStats(name, grid, block, nblocks * nthreads, total.fp * scale,
                        total.instrs * scale, total.shared_bytes * scale, footprint,
-                       total.sector_bytes * scale, total.barriers, total.rounds)
+                       total.sector_bytes * scale, total.barriers, total.rounds,
+                       total.mma_fp * scale, total.mma_time * scale)
 
 
 # ---------------------------------------------------------------------------------------
@@ -512,10 +564,11 @@ def estimate(k: KernelStats) -> dict:
     t_fp = k.instrs / FP32_ISSUE
     t_smem = k.shared_bytes / SMEM_BW
     t_lat = waves * (k.rounds * DRAM_LATENCY + k.barriers * BARRIER_COST)
-    t_est = max(t_hbm, t_l2, t_smem, t_fp, t_lat) + LAUNCH_GAP
-    t_roof = max(k.bytes / HBM_BW, k.fp / FP32_PEAK)
+    t_mma = k.mma_time  # like t_fp: every SM's tensor cores busy, no wave quantization
+    t_est = max(t_hbm, t_l2, t_smem, t_fp, t_mma, t_lat) + LAUNCH_GAP
+    t_roof = max(k.bytes / HBM_BW, k.fp / FP32_PEAK + k.mma_fp / TC_F16_PEAK)
     bound = max((t_hbm, "hbm"), (t_l2, "l2"), (t_smem, "smem"), (t_fp, "fp32"),
-                (t_lat, "latency"))[1]
+                (t_mma, "tensor"), (t_lat, "latency"))[1]
     return {"waves": waves, "t_est": t_est, "t_roof": t_roof, "bound": bound,
             "fraction": t_roof / t_est}
 
@@ -571,8 +624,10 @@ def analyse_graph(fx_text: str) -> dict:
         import torch
 
         io_bytes += math.prod(shape) * torch.empty((), dtype=dtype).element_size()
-    flops = sum(r["stats"].fp for r in rows if r["kind"] == "launch")
-    t_roof = max(io_bytes / HBM_BW, flops / FP32_PEAK)
+    fp32 = sum(r["stats"].fp for r in rows if r["kind"] == "launch")
+    mma = sum(r["stats"].mma_fp for r in rows if r["kind"] == "launch")
+    flops = fp32 + mma
+    t_roof = max(io_bytes / HBM_BW, fp32 / FP32_PEAK + mma / TC_F16_PEAK)
     t_est = sum(r["t_est"] for r in rows)
     return {"rows": rows, "io_bytes": io_bytes, "flops": flops, "t_roof": t_roof,
             "t_est": t_est, "fraction": t_roof / t_est,
@@ -622,7 +677,7 @@ def report(results: dict[str, list[dict]]) -> str:
                 regs, spills, smem = _ptxas_cell(s.ptxas)
                 lines.append(
                     f"| {label} | {s.name} | {s.grid[0]} x {s.block[0]} | {_mb(s.bytes)} | "
-                    f"{_gf(s.fp)} | {regs} | {spills} | {smem} | "
+                    f"{_gf(s.fp + s.mma_fp)} | {regs} | {spills} | {smem} | "
                     f"{s.rounds:g} / {s.barriers:g} | {row['bound']} | "
                     f"{row['t_est'] * 1e6:.1f} | {row['t_roof'] * 1e6:.1f} | "
                     f"{row['fraction']:.0%} |")

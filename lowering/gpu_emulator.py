@@ -23,6 +23,25 @@ a block-sized buffer, and workgroup memory is a buffer per block (address spaces
 dropped: the CPU has one). Barriers inside control flow and private memory attributions
 are rejected (no generated kernel has them yet).
 
+Warp-level matrix ops (`gpu.subgroup_mma_*`, the tensor-core matmul of gpu_mma.py)
+have no per-thread meaning: a fragment is spread over the 32 lanes of a warp in a
+layout PTX leaves unspecified, and every lane must execute the op together. Every lane
+of a warp executes them uniformly (the kernels issue them outside any divergent
+control flow), so executing each once per warp is equivalent: each
+`!gpu.mma_matrix<RxCxT>` value becomes a per-warp RxC buffer, a workgroup buffer
+`[warps][R][C]` indexed by the warp id (a block-level buffer outside the thread loops,
+so it survives the barrier fission like any workgroup memory), and each op runs as
+plain loops over the tile by lane 0 of its warp (`linear thread id % 32 == 0`): a
+load copies from memory into the warp's buffer, compute is `D = C + sum_k ext(A) *
+ext(B)` in f32, store copies back out, constant fills. Lane 0 runs before lanes 1-31
+of the same phase, so a lane reading what its warp stored (after the kernel's
+barrier, as on the GPU) sees it. Buffers are reused once their value is dead
+(straight-line liveness), and a compute whose accumulator dies there updates it in
+place, so a k loop unrolled for the emulator needs a handful of buffers, not one per
+step. Fragment ops inside control flow, fragments as loop-carried values, transposed
+loads or operands, non-f32 accumulators and the elementwise/thread-local fragment
+ops are rejected (GpuLoweringError), not approximated.
+
 The gpu.modules of a graph are built into one shared object (llc + cc, like the CPU
 target; more only where their symbols clash), exporting per kernel
 `void __lzemu_<m>.<k>(void **params, const int64_t ids[9])` (m: its gpu.module; ids:
@@ -41,7 +60,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from mlir import ir, passmanager
-from mlir.dialects import arith, func, memref, scf
+from mlir.dialects import arith, func, gpu, memref, scf
 
 from .gpu_matmul import unroll_barrier_loops
 from .gpu_pipeline import GpuLoweringError, gpu_modules
@@ -114,6 +133,7 @@ def _kernel_to_func(kernel, module: ir.Module, prefix: str = "") -> tuple[str, l
     buffer per block (the function runs one block)."""
     name = ir.StringAttr(kernel.attributes["sym_name"]).value
     unroll_barrier_loops(kernel)  # tiled matmul: its k loop holds the barriers
+    _lower_warp_matrices(kernel, name)  # tensor-core matmul: per-warp fragment buffers
     ftype = ir.FunctionType(ir.TypeAttr(kernel.attributes["function_type"]).value)
     inputs = list(ftype.inputs)
     region = kernel.regions[0]
@@ -185,6 +205,185 @@ def _kernel_to_func(kernel, module: ir.Module, prefix: str = "") -> tuple[str, l
                                    + (" inside control flow (only top-level barriers are "
                                       "supported)" if op == "gpu.barrier" else ""))
     return prefix + name, inputs
+
+
+_MMA_OPS = ("gpu.subgroup_mma_load_matrix", "gpu.subgroup_mma_store_matrix",
+            "gpu.subgroup_mma_compute", "gpu.subgroup_mma_constant_matrix")
+
+
+def _is_fragment(t: ir.Type) -> bool:
+    return str(t).startswith("!gpu.mma_matrix<")
+
+
+def _fragment_shape(t: ir.Type) -> tuple[int, int, ir.Type, str]:
+    """(rows, cols, element type, operand kind) of `!gpu.mma_matrix<RxCxT, "K">`."""
+    text = str(t)
+    dims, kind = text[len("!gpu.mma_matrix<"):-1].split(", ")
+    rows, cols, elem = dims.split("x", 2)
+    return int(rows), int(cols), ir.Type.parse(elem), kind.strip('"')
+
+
+def _lower_warp_matrices(kernel, name: str) -> None:
+    """Replace the warp-level `gpu.subgroup_mma_*` ops of `kernel` by per-warp buffers
+    (extra workgroup attributions) and lane-0 loops; see the module docstring."""
+    body = kernel.regions[0].blocks[0]
+    found = []
+
+    def visit(o):
+        if o.name.startswith("gpu.subgroup_mma") or any(
+                _is_fragment(v.type) for v in list(o.operands) + list(o.results)):
+            found.append(o)
+        return ir.WalkResult.ADVANCE
+
+    kernel.operation.walk(visit)
+    if not found:
+        return
+
+    def reject(why):
+        raise GpuLoweringError(f"emulator: kernel @{name}: {why}")
+
+    for o in found:
+        if o.name not in _MMA_OPS:
+            reject(f"'{o.name}' on warp-level matrix fragments is not supported")
+        if o.parent != kernel.operation:
+            reject(f"'{o.name}' inside control flow (warp-level matrix ops must be "
+                   f"top-level after the barrier loops are unrolled)")
+        for attr in ("transpose", "a_transpose", "b_transpose"):
+            if attr in o.attributes:
+                reject(f"'{o.name}' with {attr} is not supported")
+    if "known_block_size" not in kernel.attributes:
+        reject("warp-level matrix ops need a known block size (per-warp buffers)")
+    block_size = 1
+    for d in ir.DenseI32ArrayAttr(kernel.attributes["known_block_size"]):
+        block_size *= d
+    warps = -(-block_size // 32)
+    ops = [op.operation for op in body.operations]
+    position = {op: i for i, op in enumerate(ops)}
+    last_use = {}
+    for op in ops:
+        for v in op.results:
+            if _is_fragment(v.type):
+                last_use[v] = max([position[getattr(u.owner, "operation", u.owner)]
+                                   for u in v.uses], default=-1)
+    buffers = {}  # fragment value -> its buffer (a workgroup attribution)
+    free = {}  # str(buffer type) -> free buffers
+    index = ir.IndexType.get()
+    for op in ops:
+        if op.name not in _MMA_OPS:
+            continue
+        result = op.results[0] if op.name != "gpu.subgroup_mma_store_matrix" else None
+        if result is not None:
+            rows, cols, elem, _ = _fragment_shape(result.type)
+            if op.name == "gpu.subgroup_mma_compute":
+                if not isinstance(elem, ir.F32Type):
+                    reject(f"accumulator type {result.type} (only f32 accumulation is "
+                           f"emulated)")
+                acc = op.operands[2]
+                if last_use[acc] == position[op]:  # in place: D[i][j] needs only C[i][j]
+                    buffers[result] = buffers[acc]
+            if result not in buffers:
+                buf_type = ir.MemRefType.get([warps, rows, cols], elem)
+                pool = free.setdefault(str(buf_type), [])
+                if pool:
+                    buffers[result] = pool.pop()
+                else:
+                    buffers[result] = body.add_argument(buf_type, kernel.location)
+                    count = ir.IntegerAttr(kernel.attributes["workgroup_attributions"]).value \
+                        if "workgroup_attributions" in kernel.attributes else 0
+                    kernel.attributes["workgroup_attributions"] = ir.IntegerAttr.get(
+                        ir.IntegerType.get_signless(64), count + 1)
+        with ir.InsertionPoint(op), op.location:
+            _emulate_fragment_op(op, buffers, index, reject)
+        for v in op.operands:
+            if _is_fragment(v.type) and last_use[v] == position[op] and (
+                    result is None or buffers[v] != buffers[result]):
+                free.setdefault(str(buffers[v].type), []).append(buffers[v])
+    for op in reversed(ops):
+        if op.name in _MMA_OPS:
+            op.erase()
+
+
+def _emulate_fragment_op(op, buffers, index, reject) -> None:
+    """Insert, before `op`, the lane-0 loops computing it on the warp buffers."""
+    zero, one = (arith.ConstantOp(index, v).result for v in (0, 1))
+    tid = [gpu.ThreadIdOp(gpu.Dimension(d)).result for d in range(3)]
+    dim = [gpu.BlockDimOp(gpu.Dimension(d)).result for d in range(2)]
+    lin = arith.AddIOp(arith.MulIOp(arith.AddIOp(arith.MulIOp(tid[2], dim[1]).result,
+                                                 tid[1]).result, dim[0]).result,
+                       tid[0]).result
+    c32 = arith.ConstantOp(index, 32).result
+    warp = arith.DivUIOp(lin, c32).result
+    lane0 = arith.CmpIOp(arith.CmpIPredicate.eq, arith.RemUIOp(lin, c32).result, zero).result
+    branch = scf.IfOp(lane0)
+    f32 = ir.F32Type.get()
+
+    def loops(bounds, fn):
+        ivs = []
+
+        def nest(level):
+            if level == len(bounds):
+                fn(*ivs)
+                return
+            loop = scf.ForOp(zero, arith.ConstantOp(index, bounds[level]).result, one)
+            with ir.InsertionPoint(loop.body):
+                ivs.append(loop.induction_variable)
+                nest(level + 1)
+                scf.YieldOp([])
+
+        nest(0)
+
+    def memory_index(mem, indices, i, j):
+        return list(indices[:-2]) + [arith.AddIOp(indices[-2], i).result,
+                                     arith.AddIOp(indices[-1], j).result]
+
+    def check_memory(mem, lead):
+        mt = ir.MemRefType(mem.type)
+        strides, _ = mt.get_strides_and_offset()
+        if mt.rank < 2 or strides[-1] != 1 or strides[-2] != lead:
+            reject(f"'{op.name}' on {mem.type} with leadDimension {lead}: only a row "
+                   f"stride equal to the leading dimension is emulated")
+
+    with ir.InsertionPoint(branch.then_block):
+        kind = op.name
+        if kind == "gpu.subgroup_mma_constant_matrix":
+            rows, cols, _, _ = _fragment_shape(op.results[0].type)
+            out = buffers[op.results[0]]
+            loops([rows, cols], lambda i, j: memref.StoreOp(op.operands[0], out, [warp, i, j]))
+        elif kind == "gpu.subgroup_mma_load_matrix":
+            rows, cols, _, _ = _fragment_shape(op.results[0].type)
+            out, src = buffers[op.results[0]], op.operands[0]
+            indices = list(op.operands)[1:]
+            check_memory(src, ir.IntegerAttr(op.attributes["leadDimension"]).value)
+            loops([rows, cols], lambda i, j: memref.StoreOp(
+                memref.LoadOp(src, memory_index(src, indices, i, j)).result, out, [warp, i, j]))
+        elif kind == "gpu.subgroup_mma_store_matrix":
+            rows, cols, _, _ = _fragment_shape(op.operands[0].type)
+            frag, dst = buffers[op.operands[0]], op.operands[1]
+            indices = list(op.operands)[2:]
+            check_memory(dst, ir.IntegerAttr(op.attributes["leadDimension"]).value)
+            loops([rows, cols], lambda i, j: memref.StoreOp(
+                memref.LoadOp(frag, [warp, i, j]).result, dst, memory_index(dst, indices, i, j)))
+        else:  # compute: D = C + A @ B, products and sum in f32
+            a, b, c = (buffers[v] for v in op.operands)
+            rows, inner, _, _ = _fragment_shape(op.operands[0].type)
+            _, cols, _, _ = _fragment_shape(op.operands[1].type)
+            d = buffers[op.results[0]]
+
+            def widen(v):
+                return v if v.type == f32 else arith.ExtFOp(f32, v).result
+
+            def element(i, j):
+                acc = scf.ForOp(zero, arith.ConstantOp(index, inner).result, one,
+                                [memref.LoadOp(c, [warp, i, j]).result])
+                with ir.InsertionPoint(acc.body):
+                    k = acc.induction_variable
+                    prod = arith.MulFOp(widen(memref.LoadOp(a, [warp, i, k]).result),
+                                        widen(memref.LoadOp(b, [warp, k, j]).result)).result
+                    scf.YieldOp([arith.AddFOp(acc.inner_iter_args[0], prod).result])
+                memref.StoreOp(acc.results[0], d, [warp, i, j])
+
+            loops([rows, cols], element)
+        scf.YieldOp([])
 
 
 def _keep_values_per_thread(nests, block_dim, threads) -> None:

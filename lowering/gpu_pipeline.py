@@ -14,8 +14,9 @@ in this LLVM 22 build, and it yields correct PTX for every sample graph):
 2. Python: iteration dims of every generic are permuted so that parallel dims come first.
    `convert-linalg-to-parallel-loops` only puts the *outermost* run of parallel dims in an
    `scf.parallel`; a reduction dim in front would leave a host-side `scf.for` around it.
-3. Python: float contractions (matmul, batch matmul, transposed operands) with M, N >= 32
-   become the shared-memory tiled kernel of `gpu_matmul.py`. Reductions over contiguous
+3. Python: f16/bf16 contractions with M, N >= 16 become the tensor-core (WMMA) kernel
+   of `gpu_mma.py`; f32 contractions (matmul, batch matmul, transposed operands) with
+   M, N >= 32 become the shared-memory tiled kernel of `gpu_matmul.py`. Reductions over contiguous
    rows (the innermost input dim is reduced: row sums/max/mean, softmax/layer_norm
    statistics, full reductions) become one block per row (or per row slice) with a
    shared-memory tree (`gpu_row_reduce.py`). Of the rest, reductions whose parallel
@@ -34,7 +35,8 @@ in this LLVM 22 build, and it yields correct PTX for every sample graph):
 
 Shared memory is used by row reductions, fused row runs and float matmuls with M and
 N >= 32 (`gpu_matmul.py`: 128x128 tiles through shared memory, 8x8 register tiles,
-FMA); smaller matmuls stay one thread per output element.
+FMA); smaller matmuls stay one thread per output element. f16/bf16 matmuls with M and
+N >= 16 use tensor cores (`gpu_mma.py`: WMMA fragments from shared-memory tiles).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from mlir.dialects import arith, gpu, scf
 
 from .gpu_reductions import _cidx, _walk, split_reductions
 from .gpu_matmul import tile_matmuls
+from .gpu_mma import align_fragment_memory, tile_mma_matmuls
 from .gpu_row_fusion import fuse_row_runs
 from .gpu_row_reduce import row_reductions
 from .mlir_runner import PipelineFailure
@@ -70,6 +73,8 @@ class GpuOptions:
     split_below: int = 65536
     opt_level: int = 3
     libdevice: str | None = None
+    # f16/bf16 matmuls on tensor cores (gpu_mma.py, WMMA); False: the FP32 path.
+    tensor_cores: bool = True
 
 
 def _opts(options) -> GpuOptions:
@@ -486,6 +491,8 @@ def to_gpu(module: ir.Module, options=None) -> ir.Module:
         _fills_to_memset(module)
         _run(module, PRE_LOOPS_PIPELINE)
         _interchange_parallel_first(module)
+        if opts.tensor_cores:
+            tile_mma_matmuls(module)
         tile_matmuls(module)
         row_reductions(module)
         split_reductions(module, opts.reduction_chunk, opts.split_below)
@@ -493,6 +500,7 @@ def to_gpu(module: ir.Module, options=None) -> ir.Module:
         _run(module, LOOPS_PIPELINE)
         _map_host_loops(module, opts)
         _run(module, GPU_PIPELINE)
+        align_fragment_memory(module)
         check_host(module)
     return module
 

@@ -147,3 +147,43 @@ def test_loop_with_barriers_costs_a_round_per_iteration():
     assert stats.rounds == 16 and stats.barriers == 32
     assert stats.fp == 2 * 4096 and stats.instrs == 4096  # fma: 2 flops, 1 instruction
     assert stats.shared_bytes == 2 * 4 * 4096
+
+
+# A warp-level matrix kernel: 64 blocks x 8 warps, each warp 4 k steps of one f16
+# m16n16k16 fragment product from shared memory (the shape gpu_mma.py emits).
+MMA = """
+!S = memref<16x16xf16, #gpu.address_space<workgroup>>
+!A = !gpu.mma_matrix<16x16xf16, "AOp">
+!B = !gpu.mma_matrix<16x16xf16, "BOp">
+!C = !gpu.mma_matrix<16x16xf32, "COp">
+gpu.module @m {
+  gpu.func @k(%c: memref<16x16xf32>) workgroup(%a: !S, %b: !S) kernel {
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %c4 = arith.constant 4 : index
+    %zero = arith.constant 0.0 : f32
+    %init = gpu.subgroup_mma_constant_matrix %zero : !C
+    %acc = scf.for %k = %c0 to %c4 step %c1 iter_args(%d = %init) -> (!C) {
+      %fa = gpu.subgroup_mma_load_matrix %a[%c0, %c0] {leadDimension = 16 : index} : !S -> !A
+      %fb = gpu.subgroup_mma_load_matrix %b[%c0, %c0] {leadDimension = 16 : index} : !S -> !B
+      %n = gpu.subgroup_mma_compute %fa, %fb, %d : !A, !B -> !C
+      scf.yield %n : !C
+    }
+    gpu.return
+  }
+}
+"""
+
+
+def test_warp_matrix_ops_count_at_the_tensor_core_rate():
+    ctx, _module, func = _func(MMA)
+    with ctx:
+        stats = roofline.analyse_kernel(func, (64, 1, 1), (256, 1, 1), [1024])
+    warps = 64 * 8
+    assert stats.mma_fp == pytest.approx(warps * 4 * 2 * 16 * 16 * 16)
+    assert stats.fp == 0
+    assert stats.mma_time == pytest.approx(stats.mma_fp / roofline.TC_F16_PEAK)
+    # Two 16x16 f16 fragments (512 B each) loaded per warp and k step.
+    assert stats.shared_bytes == pytest.approx(warps * 4 * 2 * 512)
+    est = roofline.estimate(stats)
+    assert est["t_roof"] == pytest.approx(stats.mma_fp / roofline.TC_F16_PEAK)
