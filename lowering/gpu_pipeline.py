@@ -50,6 +50,7 @@ from mlir import ir, passmanager
 from mlir.dialects import arith, gpu, scf
 
 from .gpu_reductions import _cidx, _walk, split_reductions
+from .gpu_host_loops import parallelize_host_loops
 from .gpu_matmul import tile_matmuls
 from .gpu_mma import align_fragment_memory, tile_mma_matmuls
 from .gpu_row_fusion import fuse_row_runs
@@ -498,6 +499,8 @@ def to_gpu(module: ir.Module, options=None) -> ir.Module:
         split_reductions(module, opts.reduction_chunk, opts.split_below)
         _wrap_serial_generics(module)
         _run(module, LOOPS_PIPELINE)
+        # TMTensor scans/scatters: serial host loops with an independent dim.
+        parallelize_host_loops(host_func(module))
         _map_host_loops(module, opts)
         _run(module, GPU_PIPELINE)
         align_fragment_memory(module)

@@ -56,6 +56,12 @@ CASES = {
     "matmul": (lambda a, b: a @ b, lambda: (torch.randn(33, 17), torch.randn(17, 29)), "randn"),
     "bmm": (lambda a, b: torch.bmm(a, b), lambda: (torch.randn(3, 9, 14), torch.randn(3, 14, 6)),
             "randn"),
+    # TMTensor scans: serial along the scanned dim, one thread per row/column
+    # (lowering/gpu_host_loops.py).
+    "cumsum_rows": (lambda x: torch.cumsum(x, 1), lambda: (torch.randn(37, 45),), "randn"),
+    "cumsum_cols": (lambda x: torch.cumsum(x, 0), lambda: (torch.randn(23, 19),), "randn"),
+    "cumprod": (lambda x: torch.cumprod(x, -1), lambda: (1 + 0.01 * torch.randn(6, 40),),
+                "near_one"),
     "mlp_step": (_mlp_step, lambda: (torch.randn(8, 16), torch.randn(8, 4), torch.randn(32, 16),
                                      torch.randn(32), torch.randn(4, 32), torch.randn(4)),
                  "randn"),

@@ -151,7 +151,8 @@ def test_case_matches_eager(name, runtime, traced):
         assert_matches(got, want, f"{name} graph {k}")
 
 
-@pytest.mark.parametrize("name", ["sum_all", "max_min", "softmax", "prod_all", "slice_cols"])
+@pytest.mark.parametrize("name", ["sum_all", "max_min", "softmax", "prod_all", "slice_cols",
+                                  "cumsum_cols"])
 def test_block_order_does_not_matter(name, runtime, traced):
     """Blocks run last to first: same results (the atomics are order independent up
     to float rounding)."""
