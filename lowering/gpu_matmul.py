@@ -210,21 +210,28 @@ def _rewrite(op, maps) -> None:
         fill[0].erase()
 
 
-def tile_matmuls(module) -> int:
-    """Rewrite every float contraction with M, N >= 32 into the tiled kernel."""
+def rewrite_contractions(module, match, rewrite, min_mn: int) -> int:
+    """Call `rewrite(op, match(op))` on every top-level contraction generic that `match`
+    accepts and whose M and N are at least `min_mn` (and K at least 1); returns how many.
+    Shared by this kernel and the tensor-core one (gpu_mma.py)."""
     count = 0
     for op in _walk(module, "linalg.generic"):
         if op.operation.parent.name != "func.func":
             continue
-        maps = _match(op)
+        found = match(op)
         ext = _extents(op)
-        if maps is None or ext is None:
+        if found is None or ext is None:
             continue
-        if ext[-3] < MIN_MN or ext[-2] < MIN_MN or ext[-1] < 1:
+        if ext[-3] < min_mn or ext[-2] < min_mn or ext[-1] < 1:
             continue
-        _rewrite(op, maps)
+        rewrite(op, found)
         count += 1
     return count
+
+
+def tile_matmuls(module) -> int:
+    """Rewrite every float contraction with M, N >= 32 into the tiled kernel."""
+    return rewrite_contractions(module, _match, _rewrite, MIN_MN)
 
 
 def unroll_barrier_loops(kernel) -> None:

@@ -48,7 +48,7 @@ import math
 from mlir import ir
 from mlir.dialects import affine, arith, gpu, memref, scf
 
-from .gpu_matmul import _dims
+from .gpu_matmul import _dims, rewrite_contractions
 from .gpu_reductions import _cidx, _extents, _walk
 from .gpu_row_reduce import _fill_before
 
@@ -268,19 +268,8 @@ def _rewrite(op, maps, kind) -> None:
 
 def tile_mma_matmuls(module) -> int:
     """Rewrite every f16/bf16 contraction with M, N >= 16 into the tensor-core kernel."""
-    count = 0
-    for op in _walk(module, "linalg.generic"):
-        if op.operation.parent.name != "func.func":
-            continue
-        found = _match(op)
-        ext = _extents(op)
-        if found is None or ext is None:
-            continue
-        if ext[-3] < MIN_MN or ext[-2] < MIN_MN or ext[-1] < 1:
-            continue
-        _rewrite(op, *found)
-        count += 1
-    return count
+    return rewrite_contractions(module, _match, lambda op, found: _rewrite(op, *found),
+                                MIN_MN)
 
 
 def align_fragment_memory(module) -> None:
