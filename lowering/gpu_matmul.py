@@ -55,8 +55,11 @@ def _dims(expr_list):
     return out
 
 
-def _match(op):
-    """(a, b) operand order, dims (batch.., i, j, k) if `op` is a float contraction."""
+def contraction_maps(op):
+    """The indexing maps of `op` if it has the shape of a contraction on buffers, C[batch..,
+    i, j] (+)= A[..] (*) B[..] (iterators batch.., i, j parallel, k reduction; A indexes
+    batch.., i, k and B batch.., k, j, in any order after the batch dims), else None.
+    The body and element types are the caller's to check (here and in gpu_mma.py)."""
     if len(op.inputs) != 2 or len(op.outputs) != 1:
         return None
     if not all(isinstance(v.type, ir.MemRefType) for v in list(op.inputs) + list(op.outputs)):
@@ -73,6 +76,14 @@ def _match(op):
     if sorted(da) != sorted(batch + [i, k]) or sorted(db) != sorted(batch + [k, j]):
         return None
     if da[:len(batch)] != batch or db[:len(batch)] != batch:
+        return None
+    return maps
+
+
+def _match(op):
+    """The indexing maps if `op` is an f32 contraction (mulf + addf body), else None."""
+    maps = contraction_maps(op)
+    if maps is None:
         return None
     elem = ir.MemRefType(op.outputs[0].type).element_type
     if not isinstance(elem, ir.F32Type):

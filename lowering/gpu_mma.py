@@ -48,7 +48,7 @@ import math
 from mlir import ir
 from mlir.dialects import affine, arith, gpu, memref, scf
 
-from .gpu_matmul import _dims, rewrite_contractions
+from .gpu_matmul import contraction_maps, rewrite_contractions
 from .gpu_reductions import _cidx, _extents, _walk
 from .gpu_row_reduce import _fill_before
 
@@ -73,22 +73,8 @@ def _is_half(t) -> str | None:
 def _match(op):
     """(indexing maps, input dtype name) if `op` is an f16/bf16 x f16/bf16 -> f32
     contraction (batch.., i, j parallel, k reduction), else None."""
-    if len(op.inputs) != 2 or len(op.outputs) != 1:
-        return None
-    if not all(isinstance(v.type, ir.MemRefType) for v in list(op.inputs) + list(op.outputs)):
-        return None
-    iters = [str(a) for a in ir.ArrayAttr(op.attributes["iterator_types"])]
-    n = len(iters)
-    if n < 3 or any("parallel" not in t for t in iters[:-1]) or "parallel" in iters[-1]:
-        return None
-    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
-    da, db, dc = (_dims(m.results) for m in maps)
-    if None in (da, db, dc) or dc != list(range(n - 1)):
-        return None
-    batch, i, j, k = list(range(n - 3)), n - 3, n - 2, n - 1
-    if sorted(da) != sorted(batch + [i, k]) or sorted(db) != sorted(batch + [k, j]):
-        return None
-    if da[:len(batch)] != batch or db[:len(batch)] != batch:
+    maps = contraction_maps(op)
+    if maps is None:
         return None
     ta, tb = (ir.MemRefType(v.type).element_type for v in op.inputs)
     kind = _is_half(ta)
