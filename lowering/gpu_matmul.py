@@ -158,20 +158,7 @@ def _rewrite(op, maps) -> None:
     bid, tid = body.arguments[0], body.arguments[3]
     a_s, b_s = body.arguments[12], body.arguments[13]
     with ir.InsertionPoint(body), op.location:
-        tn_i = arith.RemUIOp(bid, _cidx(tiles_n)).result
-        rest = arith.DivUIOp(bid, _cidx(tiles_n)).result
-        tm_i = arith.RemUIOp(rest, _cidx(tiles_m)).result
-        bidx = arith.DivUIOp(rest, _cidx(tiles_m)).result
-        bivs = []
-        for d, e in reversed(list(enumerate(batch_ext))):
-            if d == 0:
-                bivs.append(bidx)
-            else:
-                bivs.append(arith.RemUIOp(bidx, _cidx(e)).result)
-                bidx = arith.DivUIOp(bidx, _cidx(e)).result
-        bivs.reverse()
-        row0 = arith.MulIOp(tm_i, _cidx(BM)).result
-        col0 = arith.MulIOp(tn_i, _cidx(BN)).result
+        bivs, row0, col0 = tile_origin(bid, tiles_m, tiles_n, batch_ext, BM, BN)
         ty = arith.DivUIOp(tid, _cidx(16)).result
         tx = arith.RemUIOp(tid, _cidx(16)).result
         # Thread rows/cols in the tile: t*4 + {0..3} and 64 + t*4 + {0..3}.
@@ -219,6 +206,24 @@ def _rewrite(op, maps) -> None:
     op.operation.erase()
     if fill is not None:
         fill[0].erase()
+
+
+def tile_origin(bid, tiles_m: int, tiles_n: int, batch_ext: list[int], bm: int, bn: int):
+    """Block id -> (batch indices, first row, first column) of its output tile: blocks
+    walk the N tiles fastest, then the M tiles, then the batch dims (last fastest)."""
+    tn_i = arith.RemUIOp(bid, _cidx(tiles_n)).result
+    rest = arith.DivUIOp(bid, _cidx(tiles_n)).result
+    tm_i = arith.RemUIOp(rest, _cidx(tiles_m)).result
+    bidx = arith.DivUIOp(rest, _cidx(tiles_m)).result
+    bivs = []
+    for d, e in reversed(list(enumerate(batch_ext))):
+        if d == 0:
+            bivs.append(bidx)
+        else:
+            bivs.append(arith.RemUIOp(bidx, _cidx(e)).result)
+            bidx = arith.DivUIOp(bidx, _cidx(e)).result
+    bivs.reverse()
+    return (bivs, arith.MulIOp(tm_i, _cidx(bm)).result, arith.MulIOp(tn_i, _cidx(bn)).result)
 
 
 def rewrite_contractions(module, match, rewrite, min_mn: int) -> int:

@@ -48,7 +48,7 @@ import math
 from mlir import ir
 from mlir.dialects import affine, arith, gpu, memref, scf
 
-from .gpu_matmul import contraction_maps, rewrite_contractions
+from .gpu_matmul import contraction_maps, rewrite_contractions, tile_origin
 from .gpu_reductions import _cidx, _extents, _walk
 from .gpu_row_reduce import _fill_before
 
@@ -171,20 +171,7 @@ def _rewrite(op, maps, kind) -> None:
     bid, tid = body.arguments[0], body.arguments[3]
     a_s, b_s, c_s = body.arguments[12], body.arguments[13], body.arguments[14]
     with ir.InsertionPoint(body), op.location:
-        tn_i = arith.RemUIOp(bid, _cidx(tiles_n)).result
-        rest = arith.DivUIOp(bid, _cidx(tiles_n)).result
-        tm_i = arith.RemUIOp(rest, _cidx(tiles_m)).result
-        bidx = arith.DivUIOp(rest, _cidx(tiles_m)).result
-        bivs = []
-        for d, e in reversed(list(enumerate(batch_ext))):
-            if d == 0:
-                bivs.append(bidx)
-            else:
-                bivs.append(arith.RemUIOp(bidx, _cidx(e)).result)
-                bidx = arith.DivUIOp(bidx, _cidx(e)).result
-        bivs.reverse()
-        row0 = arith.MulIOp(tm_i, _cidx(BM)).result
-        col0 = arith.MulIOp(tn_i, _cidx(BN)).result
+        bivs, row0, col0 = tile_origin(bid, tiles_m, tiles_n, batch_ext, BM, BN)
         warp = arith.DivUIOp(tid, _cidx(32)).result
         lane = arith.RemUIOp(tid, _cidx(32)).result
         wm = arith.DivUIOp(warp, _cidx(WARPS_N)).result
