@@ -101,37 +101,40 @@ def _match(op):
     return maps
 
 
-def _load_tile(src, amap, n, fixed, rows_dim, k_dim, row0, k0, rows_ext, k_ext, tid, smem,
-               k_fastest):
-    """Each thread loads BM * BK / THREADS tile elements into smem[kk][r] (zero outside)."""
-    for e in range(BM * BK // THREADS):
-        idx = arith.AddIOp(tid, _cidx(e * THREADS)).result
-        if k_fastest:  # consecutive threads walk k: coalesced for a k-contiguous operand
-            kk = arith.RemUIOp(idx, _cidx(BK)).result
-            r = arith.DivUIOp(idx, _cidx(BK)).result
+def stage_tile(src, amap, n, fixed, rows_dim, k_dim, row0, k0, rows_ext, k_ext, tid, smem,
+               rows_tile: int, bk: int, threads: int, k_major_smem: bool, elem) -> None:
+    """All `threads` threads copy a rows_tile x bk tile of `src` into smem, zero outside
+    the matrix, widened to `elem`; smem is [kk][r] (k_major_smem) or [r][kk]. Shared by
+    this kernel and the tensor-core one (gpu_mma.py)."""
+    # Consecutive threads walk k when k indexes the operand's contiguous (last) dim:
+    # coalesced loads either way.
+    k_fastest = ir.AffineDimExpr(amap.results[-1]).position == k_dim
+    for e in range(rows_tile * bk // threads):
+        idx = arith.AddIOp(tid, _cidx(e * threads)).result
+        if k_fastest:
+            kk = arith.RemUIOp(idx, _cidx(bk)).result
+            r = arith.DivUIOp(idx, _cidx(bk)).result
         else:
-            r = arith.RemUIOp(idx, _cidx(BM)).result
-            kk = arith.DivUIOp(idx, _cidx(BM)).result
+            r = arith.RemUIOp(idx, _cidx(rows_tile)).result
+            kk = arith.DivUIOp(idx, _cidx(rows_tile)).result
         gr = arith.AddIOp(row0, r).result
         gk = arith.AddIOp(k0, kk).result
         inb = arith.AndIOp(
             arith.CmpIOp(arith.CmpIPredicate.ult, gr, _cidx(rows_ext)).result,
             arith.CmpIOp(arith.CmpIPredicate.ult, gk, _cidx(k_ext)).result).result
-        branch = scf.IfOp(inb, [ir.F32Type.get()], has_else=True)
+        branch = scf.IfOp(inb, [elem], has_else=True)
         with ir.InsertionPoint(branch.then_block):
             ivs = [v if v is not None else _cidx(0) for v in fixed]  # unused dims: 0
             ivs[rows_dim], ivs[k_dim] = gr, gk
             idx_v = [affine.AffineApplyOp(ir.AffineMap.get(n, 0, [x]), ivs).result
                      for x in amap.results]
-            scf.YieldOp([memref.LoadOp(src, idx_v).result])
+            value = memref.LoadOp(src, idx_v).result
+            if value.type != elem:
+                value = arith.ExtFOp(elem, value).result
+            scf.YieldOp([value])
         with ir.InsertionPoint(branch.else_block):
-            scf.YieldOp([arith.ConstantOp(ir.F32Type.get(), 0.0).result])
-        memref.StoreOp(branch.results[0], smem, [kk, r])
-
-
-def _fastest_dim(memref_value, amap):
-    """The loop dim indexing the operand's contiguous (last) memref dim."""
-    return ir.AffineDimExpr(amap.results[-1]).position
+            scf.YieldOp([arith.ConstantOp(elem, 0.0).result])
+        memref.StoreOp(branch.results[0], smem, [kk, r] if k_major_smem else [r, kk])
 
 
 def _rewrite(op, maps) -> None:
@@ -171,10 +174,10 @@ def _rewrite(op, maps) -> None:
         loop = scf.ForOp(_cidx(0), _cidx(k_ext), _cidx(BK), [zero] * (TM * TN))
         with ir.InsertionPoint(loop.body):
             k0 = loop.induction_variable
-            _load_tile(a, maps[0], n, fixed, i_dim, k_dim, row0, k0, m_ext, k_ext, tid, a_s,
-                       k_fastest=_fastest_dim(a, maps[0]) == k_dim)
-            _load_tile(b, maps[1], n, fixed, j_dim, k_dim, col0, k0, n_ext, k_ext, tid, b_s,
-                       k_fastest=_fastest_dim(b, maps[1]) == k_dim)
+            stage_tile(a, maps[0], n, fixed, i_dim, k_dim, row0, k0, m_ext, k_ext, tid, a_s,
+                       BM, BK, THREADS, True, f32)
+            stage_tile(b, maps[1], n, fixed, j_dim, k_dim, col0, k0, n_ext, k_ext, tid, b_s,
+                       BN, BK, THREADS, True, f32)
             gpu.BarrierOp()
             acc = list(loop.inner_iter_args)
             for kk in range(BK):

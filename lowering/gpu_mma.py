@@ -48,7 +48,7 @@ import math
 from mlir import ir
 from mlir.dialects import affine, arith, gpu, memref, scf
 
-from .gpu_matmul import contraction_maps, rewrite_contractions, tile_origin
+from .gpu_matmul import contraction_maps, rewrite_contractions, stage_tile, tile_origin
 from .gpu_reductions import _cidx, _extents, _walk
 from .gpu_row_reduce import _fill_before
 
@@ -105,38 +105,6 @@ def _frag_type(rows, cols, elem, which):
     return ir.Type.parse(f'!gpu.mma_matrix<{rows}x{cols}x{elem}, "{which}">')
 
 
-def _stage(src, amap, n, fixed, rows_dim, k_dim, row0, k0, rows_ext, k_ext, tid, smem,
-           rows_tile, k_major_smem, k_fastest, elem):
-    """All threads copy a rows_tile x BK tile of `src` into smem (zero outside the
-    matrix), widened to `elem`; smem is [r][kk] (A) or [kk][r] (B: k_major_smem)."""
-    for e in range(rows_tile * BK // THREADS):
-        idx = arith.AddIOp(tid, _cidx(e * THREADS)).result
-        if k_fastest:  # consecutive threads walk k: coalesced for a k-contiguous operand
-            kk = arith.RemUIOp(idx, _cidx(BK)).result
-            r = arith.DivUIOp(idx, _cidx(BK)).result
-        else:
-            r = arith.RemUIOp(idx, _cidx(rows_tile)).result
-            kk = arith.DivUIOp(idx, _cidx(rows_tile)).result
-        gr = arith.AddIOp(row0, r).result
-        gk = arith.AddIOp(k0, kk).result
-        inb = arith.AndIOp(
-            arith.CmpIOp(arith.CmpIPredicate.ult, gr, _cidx(rows_ext)).result,
-            arith.CmpIOp(arith.CmpIPredicate.ult, gk, _cidx(k_ext)).result).result
-        branch = scf.IfOp(inb, [elem], has_else=True)
-        with ir.InsertionPoint(branch.then_block):
-            ivs = [v if v is not None else _cidx(0) for v in fixed]
-            ivs[rows_dim], ivs[k_dim] = gr, gk
-            idx_v = [affine.AffineApplyOp(ir.AffineMap.get(n, 0, [x]), ivs).result
-                     for x in amap.results]
-            value = memref.LoadOp(src, idx_v).result
-            if value.type != elem:
-                value = arith.ExtFOp(elem, value).result
-            scf.YieldOp([value])
-        with ir.InsertionPoint(branch.else_block):
-            scf.YieldOp([arith.ConstantOp(elem, 0.0).result])
-        memref.StoreOp(branch.results[0], smem, [kk, r] if k_major_smem else [r, kk])
-
-
 def _rewrite(op, maps, kind) -> None:
     ext = _extents(op)
     n = len(ext)
@@ -189,10 +157,10 @@ def _rewrite(op, maps, kind) -> None:
         loop = scf.ForOp(_cidx(0), _cidx(k_ext), _cidx(BK), acc0)
         with ir.InsertionPoint(loop.body):
             k0 = loop.induction_variable
-            _stage(a, maps[0], n, fixed, i_dim, k_dim, row0, k0, m_ext, k_ext, tid, a_s, BM,
-                   False, ir.AffineDimExpr(maps[0].results[-1]).position == k_dim, elem)
-            _stage(b, maps[1], n, fixed, j_dim, k_dim, col0, k0, n_ext, k_ext, tid, b_s, BN,
-                   True, ir.AffineDimExpr(maps[1].results[-1]).position == k_dim, elem)
+            stage_tile(a, maps[0], n, fixed, i_dim, k_dim, row0, k0, m_ext, k_ext, tid, a_s,
+                       BM, BK, THREADS, False, elem)
+            stage_tile(b, maps[1], n, fixed, j_dim, k_dim, col0, k0, n_ext, k_ext, tid, b_s,
+                       BN, BK, THREADS, True, elem)
             gpu.BarrierOp()
             acc = list(loop.inner_iter_args)
             for ks in range(0, BK, fk):
