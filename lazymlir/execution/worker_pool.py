@@ -89,10 +89,6 @@ class WorkerPool:
         threading.Thread(target=run, name="lazymlir-compile-ahead", daemon=True).start()
         return future
 
-    @property
-    def starts(self) -> int:
-        return sum(worker.starts for worker in self._workers)
-
     def close(self) -> None:
         """Stop every worker. One still compiling (a graph compiled ahead that never ran,
         e.g. the backward of a forward-only program at exit) is killed, not waited for."""
