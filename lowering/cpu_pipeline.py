@@ -10,7 +10,7 @@ import logging
 import re
 
 from . import (bf16_rounding, buffer_copies, cpu_fusion, cpu_outline, cpu_parallel,
-               cpu_schedule, i1_storage)
+               cpu_schedule, i1_storage, transpose_folding)
 from .mlir_runner import UPSTREAM, run_pipeline
 from .unique_results import copy_repeated_results
 
@@ -106,8 +106,15 @@ def _before_bufferize(module) -> None:
     buffer_copies.unshare_fills(module)
 
 
+def _before_bufferize_cuda(module) -> None:
+    _before_bufferize(module)
+    # The matmul kernels read operands through their indexing maps: no transpose copies.
+    transpose_folding.fold_transposes(module)
+
+
 def to_bufferized(text: str, target: str = "cpu"):
     pipeline = BUFFERIZE_PIPELINE
+    before = _before_bufferize_cuda if target == "cuda" else _before_bufferize
     if target == "cpu":
         # Row-wise graphs (softmax, layer_norm...) become one loop over blocks
         # of rows, reductions fused in (cpu_fusion); others are unchanged.
@@ -116,7 +123,7 @@ def to_bufferized(text: str, target: str = "cpu"):
             # Only then: eliminate-empty-tensors crashes on some other graphs
             # (an LSTM training step's) in these MLIR bindings.
             text, pipeline = fused, ROWS_BUFFERIZE_PIPELINE
-    module = run_pipeline(UPSTREAM, text, pipeline, before=_before_bufferize)
+    module = run_pipeline(UPSTREAM, text, pipeline, before=before)
     if target == "cpu" and len(_CONTRACTION.findall(str(module))) < \
             len(_CONTRACTION.findall(text)):
         # linalg-fuse-elementwise-ops propagated a reshape through a matmul

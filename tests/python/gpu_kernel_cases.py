@@ -50,12 +50,18 @@ CASES = {
                   "randn"),
     "matmul_tn": (lambda x, y: x.t() @ y, lambda: (torch.randn(30, 50), torch.randn(30, 64)),
                   "randn"),
+    # Attention scores (q k^T): a batched transposed operand (the permute folds into the bmm).
+    "bmm_kt": (lambda q, k: torch.bmm(q, k.transpose(1, 2)),
+               lambda: (torch.randn(2, 40, 24), torch.randn(2, 36, 24)), "randn"),
     # Column reductions (split over row chunks, atomics per chunk; a product: partials).
     "col_sum": (lambda x: x.sum(0), lambda: (torch.randn(300, 70),), "randn"),
     "col_prod": (lambda x: x.prod(0), lambda: (1 + 0.01 * torch.randn(200, 33),), "near_one"),
 }
 
-MATMULS = ("matmul_tiled", "bmm_tiled", "linear_wt", "matmul_tn")
+MATMULS = ("matmul_tiled", "bmm_tiled", "linear_wt", "matmul_tn", "bmm_kt")
+
+# Matmuls of a transposed operand: the transpose is read in place (one launch, no copy).
+TRANSPOSED = ("linear_wt", "matmul_tn", "bmm_kt")
 
 # Cases fused into one kernel per graph (no other launch, copy or memset).
 FUSED = ("softmax_rows", "layer_norm_rows", "log_softmax_rows", "rms_norm")

@@ -92,6 +92,17 @@ def test_matmul_is_tiled(name, traced):
     assert kernel.count("math.fma") == 16 * 64
 
 
+@pytest.mark.parametrize("name", gpu_kernel_cases.TRANSPOSED)
+def test_transposed_operand_is_not_copied(name, traced):
+    """`x @ w.t()`, `x.t() @ y`, `bmm(q, k.transpose(1, 2))`: the transpose folds into the
+    matmul's indexing map (lowering/transpose_folding.py): the plan is the matmul's launch
+    alone, which reads the graph inputs themselves."""
+    plan_text, _ = compile_for_emulator(traced[name][0])
+    steps = [line.split()[0] for line in plan_text.splitlines()[1:]
+             if line.split()[0] in ("launch", "copy", "memset", "alloc")]
+    assert steps == ["launch"], plan_text
+
+
 @pytest.mark.parametrize("name", sorted(set(CASES) - set(gpu_kernel_cases.MATMULS)
                                   - {"col_sum", "col_prod"}))
 def test_reductions_are_block_per_row(name, traced):
