@@ -55,6 +55,7 @@ from .gpu_matmul import tile_matmuls
 from .gpu_mma import align_fragment_memory, tile_mma_matmuls
 from .gpu_row_fusion import fuse_row_runs
 from .gpu_row_reduce import row_reductions
+from .gpu_vectorize import align_kernel_params, unroll_interleaved, vector_width
 from .mlir_runner import PipelineFailure
 
 
@@ -267,6 +268,10 @@ def _map_parallel_loop(loop, block_size: int) -> None:
         if None in (lbv, ubv, stv):
             raise GpuLoweringError(f"scf.parallel with non-constant bounds: {loop}")
         extents.append((lbv, stv, max(0, -(-(ubv - lbv) // stv))))
+    # Elementwise loops: 4 consecutive elements per thread, 16-byte accesses.
+    width = vector_width(loop, extents)
+    if width > 1:
+        extents[-1] = (0, width, extents[-1][2] // width)
     total = math.prod(e[2] for e in extents)
     bsz = max(1, min(block_size, total))
     grid = max(1, -(-total // bsz))
@@ -308,9 +313,13 @@ def _map_parallel_loop(loop, block_size: int) -> None:
             ivs.append(q)
         ivs.reverse()
     old_body = loop.regions[0].blocks[0]
+    target = anchor if anchor is not None else body.operations[len(body.operations) - 1]
+    if width > 1:
+        unroll_interleaved(old_body, ivs, width, target)
+        loop.operation.erase()
+        return
     for old_iv, iv in zip(old_body.arguments, ivs):
         old_iv.replace_all_uses_with(iv)
-    target = anchor if anchor is not None else body.operations[len(body.operations) - 1]
     for op in list(old_body.operations)[:-1]:  # all but the scf.reduce terminator
         op.move_before(target)
     loop.operation.erase()
@@ -537,6 +546,7 @@ def to_nvvm(module: ir.Module, options=None) -> ir.Module:
     with module.context:
         _run(module, NVVM_PIPELINE.format(target=_target_options(opts)))
         _relax_atomics(module)
+        align_kernel_params(module)
     return module
 
 

@@ -1,0 +1,184 @@
+"""16-byte global accesses for elementwise kernels: 4 elements per thread, aligned params.
+
+An elementwise kernel with one thread per element issues 4-byte loads and stores; the
+memory system moves them at full width only when a thread asks for 16 bytes at once
+(`ld.global.v4.f32`). Two parts, both needed for NVPTX to emit the vector forms:
+
+1. `vector_width(loop)` (gpu stage, before `gpu_pipeline` maps the loop to threads): an
+   `scf.parallel` whose body is flat (loads, stores, arith/math; no nested loops) and
+   whose every access that depends on the innermost induction variable is contiguous in
+   it (the last index, stride 1, 4-byte elements, other strides and the static offset
+   multiples of 4, so each group of 4 starts on 16 bytes from the buffer's base), with
+   an innermost extent divisible by 4, gets width 4. `gpu_pipeline._map_parallel_loop`
+   then gives each thread 4 consecutive elements and `unroll_interleaved` clones the
+   body 4 times op by op: the 4 loads of an operand are adjacent, before any store, and
+   the 4 stores adjacent at the end. LLVM's load/store vectorizer (run by the NVPTX
+   backend) merges such runs into one 16-byte access when it can prove the address
+   16-byte aligned. Unrolling parallel iterations keeps the semantics of the loop (its
+   iterations are independent: the kernel runs them in any order already), so every
+   other loop simply keeps one element per thread.
+2. `align_kernel_params(module)` (nvvm stage): the alignment proof needs the base
+   pointer. The runtime's buffers come from `cuMemAlloc` (256-byte aligned) through the
+   caching allocator, which hands out whole blocks; imported DLPack memory that is not
+   16-byte aligned is copied (lazymlir/targets/cuda.py), and `LaunchPlan.run` refuses
+   unaligned buffers. So a kernel pointer argument is 16-byte aligned when the plan's
+   byte offset for it (the view offset not in the memref type) is a multiple of 16 at
+   every launch of the kernel: those get `llvm.align = 16` (PTX `.ptr .align 16`).
+   A view at another offset (`x[:, 1:]`: 4 bytes) gets no claim and keeps scalar code.
+"""
+
+from __future__ import annotations
+
+from mlir import ir
+from mlir.dialects import arith
+
+from .gpu_reductions import _cidx
+
+WIDTH = 4  # elements per thread: 16 bytes of f32/i32
+ALIGN = 16  # bytes claimed for a kernel pointer argument
+_ELEM_BYTES = 4
+
+# Ops a vectorizable body may hold besides memref.load/store (pure, no regions).
+_PURE_PREFIXES = ("arith.", "math.", "index.")
+
+
+def _defined_inside(value: ir.Value, loop) -> bool:
+    owner = value.owner
+    if isinstance(owner, ir.Block):
+        return owner == loop.regions[0].blocks[0] or _encloses(loop, owner.owner)
+    owner = getattr(owner, "operation", owner)
+    return _encloses(loop, owner)
+
+
+def _encloses(loop, op) -> bool:
+    while op is not None:
+        if op == loop.operation:
+            return True
+        op = op.parent
+    return False
+
+
+def _constant(value: ir.Value) -> bool:
+    owner = value.owner
+    return not isinstance(owner, ir.Block) and \
+        getattr(owner, "operation", owner).name == "arith.constant"
+
+
+def _access_ok(memref_value: ir.Value, indices: list, iv: ir.Value, ivs: list,
+               loop) -> bool | None:
+    """True: contiguous in `iv` (a vector candidate); None: does not depend on `iv`;
+    False: depends on it some other way (strided, computed index, other width)."""
+    for index in indices:
+        if index not in ivs and _defined_inside(index, loop) and not _constant(index):
+            return False  # a computed index: its stride is not known here
+    if iv not in indices:
+        return None
+    mt = ir.MemRefType(memref_value.type)
+    if indices.index(iv) != len(indices) - 1 or indices.count(iv) != 1:
+        return False
+    elem = mt.element_type
+    width = getattr(elem, "width", None)
+    if width is None or width != 8 * _ELEM_BYTES:
+        return False
+    strides, offset = mt.get_strides_and_offset()
+    if mt.is_dynamic_stride_or_offset(offset) or strides[-1] != 1:
+        return False
+    return offset % WIDTH == 0 and all(s % WIDTH == 0 for s in strides[:-1])
+
+
+def vector_width(loop, extents: list[tuple[int, int, int]]) -> int:
+    """Elements per thread for a top-level `scf.parallel` (see the module docstring);
+    `extents` are its (lower bound, step, trip count) per dim."""
+    lb, step, trip = extents[-1]
+    if lb != 0 or step != 1 or trip % WIDTH or trip < WIDTH:
+        return 1
+    body = loop.regions[0].blocks[0]
+    ivs = list(body.arguments)
+    iv = ivs[-1]
+    contiguous = False
+    for op in list(body.operations)[:-1]:
+        op = op.operation
+        if op.regions:
+            return 1
+        name = op.name
+        if name == "memref.load":
+            ok = _access_ok(op.operands[0], list(op.operands)[1:], iv, ivs, loop)
+        elif name == "memref.store":
+            ok = _access_ok(op.operands[1], list(op.operands)[2:], iv, ivs, loop)
+        elif name.startswith(_PURE_PREFIXES) or name == "memref.get_global":
+            continue
+        else:
+            return 1  # atomics, calls, anything with effects we do not model
+        if ok is False:
+            return 1
+        contiguous |= bool(ok)
+    return WIDTH if contiguous else 1
+
+
+def unroll_interleaved(old_body: ir.Block, ivs: list[ir.Value], width: int, anchor) -> None:
+    """Clone the ops of `old_body` (all but its terminator) before `anchor`, `width`
+    times each, op by op: copy u reads the innermost induction variable as
+    `ivs[-1] + u`, the others as `ivs`."""
+    with ir.InsertionPoint(anchor), anchor.location:
+        lanes = [ivs[-1]] + [arith.AddIOp(ivs[-1], _cidx(u)).result for u in range(1, width)]
+    maps = []
+    for u in range(width):
+        mapping = {old: new for old, new in zip(old_body.arguments, ivs)}
+        mapping[old_body.arguments[len(ivs) - 1]] = lanes[u]
+        maps.append(mapping)
+    for op in list(old_body.operations)[:-1]:
+        op = op.operation
+        for mapping in maps:
+            clone = op.clone(ip=ir.InsertionPoint(anchor))
+            for i, operand in enumerate(clone.operands):
+                if operand in mapping:
+                    clone.operands[i] = mapping[operand]
+            for old, new in zip(op.results, clone.results):
+                mapping[old] = new
+
+
+def align_kernel_params(module: ir.Module) -> None:
+    """`llvm.align = 16` on every kernel pointer argument the plan passes at a multiple
+    of 16 bytes from a buffer's start at all its launches (nvvm stage)."""
+    from .gpu_pipeline import gpu_modules
+    from .launch_plan import extract_plan, lzrt_to_plan
+
+    # The host side is a func.func with launches (gpu_pipeline.to_nvvm on a `gpu` module)
+    # or already the lzrt plan (the `nvvm` stage after `plan`).
+    host_is_plan = any(op.operation.name == "func.func" and "lzrt." in str(op)
+                       for op in module.body.operations)
+    plan = lzrt_to_plan(module) if host_is_plan else extract_plan(module)
+    aligned: dict[tuple[int, str], list[bool]] = {}
+    for op in plan.ops:
+        if op.kind != "launch":
+            continue
+        flags = [a.kind == "ptr" and a.offset % ALIGN == 0 for a in op.args]
+        key = (op.module_index, op.kernel)
+        prev = aligned.get(key)
+        aligned[key] = flags if prev is None else [a and b for a, b in zip(prev, flags)]
+    for index, gm in enumerate(gpu_modules(module)):
+        for func in gm.regions[0].blocks[0].operations:
+            if func.operation.name != "llvm.func":
+                continue
+            name = ir.StringAttr(func.attributes["sym_name"]).value
+            flags = aligned.get((index, name))
+            if flags is None:
+                continue
+            args = func.regions[0].blocks[0].arguments
+            if len(args) != len(flags):
+                continue  # not the bare-pointer signature the plan describes
+            old = (list(ir.ArrayAttr(func.attributes["arg_attrs"]))
+                   if "arg_attrs" in func.attributes else [])
+            old = old or [None] * len(args)
+            new = []
+            for arg, flag, attrs in zip(args, flags, old):
+                entries = {}
+                if attrs is not None:
+                    attrs = ir.DictAttr(attrs)
+                    for i in range(len(attrs)):
+                        entries[attrs[i].name] = attrs[i].attr
+                if flag and isinstance(arg.type, ir.Type) and "ptr" in str(arg.type):
+                    entries["llvm.align"] = ir.IntegerAttr.get(
+                        ir.IntegerType.get_signless(64), ALIGN)
+                new.append(ir.DictAttr.get(entries))
+            func.attributes["arg_attrs"] = ir.ArrayAttr.get(new)
