@@ -286,8 +286,10 @@ class KernelEval:
             return ins[1] if ins[0] else ins[2]
         return None
 
-    def _access(self, op, memref_value, indices, weight, store):
-        strides, offset, nbytes, shared = _memref_layout(memref_value.type)
+    def _access(self, op, memref_value, indices, weight, store, lanes=1):
+        """`lanes` > 1: a vector access of that many consecutive elements."""
+        strides, offset, elem, shared = _memref_layout(memref_value.type)
+        nbytes = elem * lanes
         if shared:
             self.counts.shared_bytes += weight * nbytes
             return
@@ -295,9 +297,9 @@ class KernelEval:
         self.access_no += 1
         if all(i is not None for i in idx):
             self.addresses[self.access_no] = (offset + sum(i * s for i, s in zip(idx, strides)),
-                                              nbytes, weight)
+                                              elem, nbytes, weight)
         else:
-            self.addresses[self.access_no] = (None, nbytes, weight)
+            self.addresses[self.access_no] = (None, elem, nbytes, weight)
         arg = self.args.get(memref_value)
         if store:
             self.counts.store_bytes += weight * nbytes
@@ -311,6 +313,8 @@ class KernelEval:
     def _block(self, block, weight, top=False) -> bool:
         """Count the ops of `block` executed `weight` times. Returns whether it has global
         loads not yet charged as rounds (straight-line ones, or in unrolled loops)."""
+        from mlir import ir
+
         pending = False  # loads of the current top-level phase (or of this block)
         carried = False  # loads before a barrier inside a loop body: one round per trip
         for op in block.operations:
@@ -357,6 +361,17 @@ class KernelEval:
                 continue
             if name == "memref.store":
                 self._access(op, op.operands[1], list(op.operands)[2:], weight, True)
+                continue
+            if name == "vector.load":
+                lanes = math.prod(ir.VectorType(op.results[0].type).shape)
+                self._access(op, op.operands[0], list(op.operands)[1:], weight, False, lanes)
+                if not _layout_shared(op.operands[0]):
+                    pending = True
+                self.env[op.results[0]] = None
+                continue
+            if name == "vector.store":
+                lanes = math.prod(ir.VectorType(op.operands[0].type).shape)
+                self._access(op, op.operands[1], list(op.operands)[2:], weight, True, lanes)
                 continue
             if name == "gpu.subgroup_mma_compute":
                 flops, rate = _mma_flops(op)
@@ -474,14 +489,15 @@ def analyse_kernel(func, grid, block, arg_bytes: list[int]) -> KernelStats:
             neighbour = t + 1 if (t % 32) != 31 and t + 1 < nthreads else t - 1
             _, addr2 = ev.run(b, neighbour) if neighbour >= 0 else (None, {})
             sector = 0.0
-            for key, (off, nbytes, weight) in addr.items():
-                other = addr2.get(key, (None, nbytes, weight))[0]
+            for key, (off, elem, nbytes, weight) in addr.items():
+                other = addr2.get(key, (None,))[0]
                 if off is None or other is None:
                     stride_bytes = 32  # unknown: assume uncoalesced
                 else:
-                    stride_bytes = abs(off - other) * nbytes
-                # A warp touches 32 threads x max(size, min(stride, 32B)) bytes; the same
-                # address for all 32 threads is one sector.
+                    stride_bytes = abs(off - other) * elem
+                # A warp touches 32 threads x max(size, min(stride, 32B)) bytes (size: a
+                # 16-byte vector access moves 16); the same address for all 32 threads is
+                # one sector.
                 warp = 32 if stride_bytes == 0 else 32 * max(nbytes, min(stride_bytes, 32))
                 sector += weight * warp / 32
             total.fp += c.fp

@@ -84,6 +84,8 @@ def _pipeline(verify: bool) -> str:
         "expand-strided-metadata,"
         # memref ops (atomic_rmw included: llvm.atomicrmw) -> LLVM.
         "finalize-memref-to-llvm,"
+        # 16-byte accesses of elementwise kernels (gpu_vectorize.py): vector.load/store.
+        "convert-vector-to-llvm,"
         # fpowi/ipowi with i64 exponents -> software loops (as on the CPU target).
         "convert-math-to-funcs,convert-scf-to-cf,"
         "convert-math-to-llvm,convert-math-to-libm,convert-arith-to-llvm,convert-cf-to-llvm,"

@@ -55,7 +55,7 @@ from .gpu_matmul import tile_matmuls
 from .gpu_mma import align_fragment_memory, tile_mma_matmuls
 from .gpu_row_fusion import fuse_row_runs
 from .gpu_row_reduce import row_reductions
-from .gpu_vectorize import align_kernel_params, unroll_interleaved, vector_width
+from .gpu_vectorize import align_kernel_params, vector_width, vectorize_body
 from .mlir_runner import PipelineFailure
 
 
@@ -315,7 +315,7 @@ def _map_parallel_loop(loop, block_size: int) -> None:
     old_body = loop.regions[0].blocks[0]
     target = anchor if anchor is not None else body.operations[len(body.operations) - 1]
     if width > 1:
-        unroll_interleaved(old_body, ivs, width, target)
+        vectorize_body(loop, ivs, width, target)
         loop.operation.erase()
         return
     for old_iv, iv in zip(old_body.arguments, ivs):

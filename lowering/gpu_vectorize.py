@@ -30,7 +30,7 @@ memory system moves them at full width only when a thread asks for 16 bytes at o
 from __future__ import annotations
 
 from mlir import ir
-from mlir.dialects import arith
+from mlir.dialects import arith, vector
 
 from .gpu_reductions import _cidx
 
@@ -115,26 +115,61 @@ def vector_width(loop, extents: list[tuple[int, int, int]]) -> int:
     return WIDTH if contiguous else 1
 
 
-def unroll_interleaved(old_body: ir.Block, ivs: list[ir.Value], width: int, anchor) -> None:
-    """Clone the ops of `old_body` (all but its terminator) before `anchor`, `width`
-    times each, op by op: copy u reads the innermost induction variable as
-    `ivs[-1] + u`, the others as `ivs`."""
+def _contiguous_access(op, iv: ir.Value, ivs: list, loop) -> bool:
+    name = op.name
+    if name == "memref.load":
+        return bool(_access_ok(op.operands[0], list(op.operands)[1:], iv, ivs, loop))
+    if name == "memref.store":
+        return bool(_access_ok(op.operands[1], list(op.operands)[2:], iv, ivs, loop))
+    return False
+
+
+def vectorize_body(loop, ivs: list[ir.Value], width: int, anchor) -> None:
+    """Emit the body of `loop` (all ops but its terminator) before `anchor` for `width`
+    consecutive elements: lane u reads the innermost induction variable as
+    `ivs[-1] + u`, the others as `ivs`. Accesses contiguous in it become one
+    `vector.load` / `vector.store` of `width` elements (lanes split off with
+    `vector.extract`, joined with `vector.from_elements`); other ops are cloned per lane,
+    op by op (loads of values that do not depend on the lane fold together later)."""
+    old_body = loop.regions[0].blocks[0]
+    iv = old_body.arguments[len(ivs) - 1]
+    old_ivs = list(old_body.arguments)
     with ir.InsertionPoint(anchor), anchor.location:
         lanes = [ivs[-1]] + [arith.AddIOp(ivs[-1], _cidx(u)).result for u in range(1, width)]
     maps = []
     for u in range(width):
         mapping = {old: new for old, new in zip(old_body.arguments, ivs)}
-        mapping[old_body.arguments[len(ivs) - 1]] = lanes[u]
+        mapping[iv] = lanes[u]
         maps.append(mapping)
+
+    def mapped(value, u):
+        return maps[u].get(value, value)
+
     for op in list(old_body.operations)[:-1]:
         op = op.operation
-        for mapping in maps:
-            clone = op.clone(ip=ir.InsertionPoint(anchor))
-            for i, operand in enumerate(clone.operands):
-                if operand in mapping:
-                    clone.operands[i] = mapping[operand]
-            for old, new in zip(op.results, clone.results):
-                mapping[old] = new
+        if not _contiguous_access(op, iv, old_ivs, loop):
+            for mapping in maps:
+                clone = op.clone(ip=ir.InsertionPoint(anchor))
+                for i, operand in enumerate(clone.operands):
+                    if operand in mapping:
+                        clone.operands[i] = mapping[operand]
+                for old, new in zip(op.results, clone.results):
+                    mapping[old] = new
+            continue
+        with ir.InsertionPoint(anchor), op.location:
+            if op.name == "memref.load":
+                base = op.operands[0]
+                vtype = ir.VectorType.get([width], ir.MemRefType(base.type).element_type)
+                indices = [mapped(v, 0) for v in list(op.operands)[1:]]
+                loaded = vector.LoadOp(vtype, base, indices).result
+                for u in range(width):
+                    maps[u][op.results[0]] = vector.extract(loaded, [], [u])
+            else:
+                value, base = op.operands[0], op.operands[1]
+                vtype = ir.VectorType.get([width], ir.MemRefType(base.type).element_type)
+                joined = vector.FromElementsOp(
+                    vtype, [mapped(value, u) for u in range(width)]).result
+                vector.StoreOp(joined, base, [mapped(v, 0) for v in list(op.operands)[2:]])
 
 
 def align_kernel_params(module: ir.Module) -> None:

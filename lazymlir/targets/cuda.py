@@ -193,8 +193,9 @@ class CudaTarget(Target):
         the pointer (never freed by our allocator) and the producer's deleter runs once,
         when the last lazy value using it is dropped. The producer is asked to order its
         pending work before this runtime's stream (`__dlpack__(stream=our stream)`).
-        kDLCPU tensors are copied (uploaded). Non-contiguous kDLCUDA tensors are refused
-        (make them contiguous on the producer's side)."""
+        kDLCPU tensors are copied (uploaded), and so are kDLCUDA ones not 16-byte aligned
+        (a slice's view). Non-contiguous kDLCUDA tensors are refused (make them
+        contiguous on the producer's side)."""
         device = dlpack_abi.source_device(source)
         if device[0] == dlpack_abi.KDLCPU:
             cpu = torch.from_dlpack(source)
@@ -216,6 +217,15 @@ class CudaTarget(Target):
             raise
         buf = self.runtime.adopt_external(tensor.data, tensor.nbytes, tensor.deleter,
                                           tensor.managed)
+        if tensor.data % cuda_driver.KERNEL_ARG_ALIGN:
+            # Kernels may load 16 bytes at once from a buffer's start (PTX `.align 16`
+            # parameters, lowering/gpu_vectorize.py); our own buffers are 256-byte
+            # aligned, a view into the producer's memory need not be: copy it.
+            own = self.runtime.alloc(tensor.nbytes)
+            self.runtime.copy(own, buf, tensor.nbytes)
+            self.runtime.synchronize()  # read before the producer gets its memory back
+            buf.free()
+            buf = own
         return buf, tensor.shape, tensor.dtype
 
     def load(self, artifact: Path, output_metas: OutputMetas) -> CudaExecutable:

@@ -22,6 +22,9 @@ from pathlib import Path
 import numpy as np
 
 _LIB_NAME = "liblazymlir_cuda_runtime.so"
+# Every buffer a plan gets must start at a multiple of this: kernel pointer arguments
+# carry `.align 16` (lowering/gpu_vectorize.py ALIGN). cuMemAlloc gives 256.
+KERNEL_ARG_ALIGN = 16
 _u64 = ctypes.c_uint64
 _vp = ctypes.c_void_p
 
@@ -383,6 +386,11 @@ class LaunchPlan:
             raise ValueError("LaunchPlan.run needs a runtime, a module or a DeviceBuffer")
         mods = (_vp * max(len(modules), 1))(*[m.handle for m in modules])
         ptrs = [b.ptr if isinstance(b, DeviceBuffer) else int(b) for b in buffers]
+        unaligned = [i for i, p in enumerate(ptrs) if p % KERNEL_ARG_ALIGN]
+        if unaligned:
+            raise ValueError(
+                f"plan buffers {unaligned} are not {KERNEL_ARG_ALIGN}-byte aligned: kernels "
+                f"assume it (lowering/gpu_vectorize.py); pass buffers of this runtime")
         args = (_u64 * max(len(ptrs), 1))(*ptrs)
         _check(self._lib.lzrt_plan_run(runtime.handle, self._handle, mods, len(modules),
                                        args, len(ptrs)))

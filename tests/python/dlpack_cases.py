@@ -67,8 +67,9 @@ class FakeCudaTensor:
     _deleter_type = dlpack_abi.DELETER
 
     def __init__(self, runtime, array: np.ndarray, device_id: int = 0, strides=None,
-                 dtype_code=None, versioned_ok: bool = True):
+                 dtype_code=None, versioned_ok: bool = True, skip: int = 0):
         self.runtime, self.array = runtime, np.ascontiguousarray(array)
+        self.skip = skip  # export the 1-d view array[skip:] (data = buffer + skip elements)
         self.buf = runtime.alloc(max(self.array.nbytes, 1))
         runtime.copy_in(self.array, self.buf)
         self.device_id, self.strides = device_id, strides
@@ -105,11 +106,13 @@ class FakeCudaTensor:
             raise TypeError("max_version is not supported")  # an old producer
         self.streams.append(stream)
         versioned = max_version is not None and max_version[0] >= 1
-        n = self.array.ndim
-        shape = (ctypes.c_int64 * max(n, 1))(*self.array.shape)
+        array = self.array[self.skip:] if self.skip else self.array
+        n = array.ndim
+        shape = (ctypes.c_int64 * max(n, 1))(*array.shape)
         strides = (ctypes.c_int64 * max(n, 1))(
-            *(self.strides or [s // self.array.itemsize for s in self.array.strides]))
-        tensor = dlpack_abi.DLTensor(self.buf.ptr, dlpack_abi.DLDevice(2, self.device_id), n,
+            *(self.strides or [s // array.itemsize for s in array.strides]))
+        data = self.buf.ptr + self.skip * array.itemsize
+        tensor = dlpack_abi.DLTensor(data, dlpack_abi.DLDevice(2, self.device_id), n,
                                      dlpack_abi.DLDataType(*self.code, 1), shape, strides, 0)
         deleter = ctypes.cast(self._deleter, ctypes.c_void_p).value
         if versioned:
@@ -338,6 +341,22 @@ def import_is_zero_copy_and_deleter_runs_once():
     assert producer.deleted == 1 and stats()["external_buffers"] == 0
     gc.collect()
     assert producer.deleted == 1
+
+
+@case
+def import_unaligned_view_is_copied():
+    """A view 4 bytes into the producer's buffer (a slice) is not 16-byte aligned, which
+    the kernels assume of every buffer (`.align 16` pointer parameters): the import
+    copies it into an aligned buffer of ours and gives the producer its memory back."""
+    prod = producer_runtime()
+    data = np.arange(13, dtype=np.float32)
+    producer = FakeCudaTensor(prod, data, skip=1)
+    y = lazymlir.from_dlpack(producer)
+    value = value_of(y)
+    assert value.data.ptr % cuda_driver.KERNEL_ARG_ALIGN == 0, value.data.ptr
+    assert value.data.ptr != producer.buf.ptr + 4, "an unaligned view was used in place"
+    assert producer.deleted == 1 and stats()["external_buffers"] == 0
+    np.testing.assert_array_equal((y * 2).cpu().numpy(), data[1:] * 2)
 
 
 @case

@@ -35,6 +35,17 @@ CASES = {
                  lambda: (torch.randn(8, 70),), "randn"),
     "slice_cols": (lambda x: x[:, 1:] * 2, lambda: (torch.randn(4, 31),), "randn"),
     "slice_rows": (lambda x: x[2:5] + 1, lambda: (torch.randn(9, 13),), "randn"),
+    # 16-byte accesses (lowering/gpu_vectorize.py): a view 4 bytes in keeps one element
+    # per thread; one 16 bytes in (rows of 68 floats) takes 4 per thread, as does a chain
+    # with a broadcast row; one reading a transpose in place (y.t()) keeps one.
+    "slice_cols_64": (lambda x: x[:, 1:] * 2, lambda: (torch.randn(8, 65),), "randn"),
+    "slice_cols_aligned": (lambda x: x[:, 4:] * 2, lambda: (torch.randn(8, 68),), "randn"),
+    "vec4_chain": (lambda x, y, b: torch.tanh(x * 2.0 + b) - y,
+                   lambda: (torch.randn(48, 128), torch.randn(48, 128), torch.randn(128)),
+                   "randn"),
+    "transposed_chain": (lambda x, y, b: torch.tanh(x * y.t() + b) - x,
+                         lambda: (torch.randn(48, 128), torch.randn(128, 48),
+                                  torch.randn(128)), "randn"),
     "chunk_middle": (lambda x: x.chunk(3, 1)[1] * 1.5, lambda: (torch.randn(6, 24),), "randn"),
     "qkv_split": (lambda x: (lambda q, k, v: q * k + v)(*x.chunk(3, -1)),
                   lambda: (torch.randn(5, 3 * 20),), "randn"),

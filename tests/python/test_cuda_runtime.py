@@ -277,6 +277,18 @@ def test_plan_checks_argument_sizes(rt):
     plan.run([module], [big.ptr + 64, big.ptr])
 
 
+def test_plan_refuses_unaligned_buffers(rt):
+    """Kernel pointer parameters claim 16-byte alignment (lowering/gpu_vectorize.py): a
+    buffer that does not start at a multiple of 16 is refused before anything runs."""
+    module = rt.load_module(FAKE_PTX)
+    plan = LaunchPlan(HEADER + "arg 0 0\narg 1 1\nlaunch 0 touch 1 1 1 1 1 1 0 1 p1\n")
+    big = rt.alloc(128)
+    assert big.ptr % cuda.KERNEL_ARG_ALIGN == 0
+    with pytest.raises(ValueError, match=r"plan buffers \[1\] are not 16-byte aligned"):
+        plan.run([module], [big.ptr, big.ptr + 4])
+    assert not fake.launches()
+
+
 def test_sync_mode_names_the_failing_kernel_and_line(rt):
     module = rt.load_module(FAKE_PTX)
     plan = LaunchPlan(HEADER + "alloc 0 64\nlaunch 0 touch 1 1 1 1 1 1 0 1 p0\n"
