@@ -1,30 +1,31 @@
 """16-byte global accesses for elementwise kernels: 4 elements per thread, aligned params.
 
-An elementwise kernel with one thread per element issues 4-byte loads and stores; the
-memory system moves them at full width only when a thread asks for 16 bytes at once
-(`ld.global.v4.f32`). Two parts, both needed for NVPTX to emit the vector forms:
+An elementwise kernel with one thread per element issues 4-byte loads and stores; a
+thread that asks for 16 bytes at once (`ld.global.v4.b32`) needs a quarter of the
+memory instructions for the same bytes. Two parts, both needed for NVPTX to emit them:
 
 1. `vector_width(loop)` (gpu stage, before `gpu_pipeline` maps the loop to threads): an
    `scf.parallel` whose body is flat (loads, stores, arith/math; no nested loops) and
    whose every access that depends on the innermost induction variable is contiguous in
    it (the last index, stride 1, 4-byte elements, other strides and the static offset
-   multiples of 4, so each group of 4 starts on 16 bytes from the buffer's base), with
+   multiples of 4, so each group of 4 starts 16 bytes apart from the buffer's base), with
    an innermost extent divisible by 4, gets width 4. `gpu_pipeline._map_parallel_loop`
-   then gives each thread 4 consecutive elements and `unroll_interleaved` clones the
-   body 4 times op by op: the 4 loads of an operand are adjacent, before any store, and
-   the 4 stores adjacent at the end. LLVM's load/store vectorizer (run by the NVPTX
-   backend) merges such runs into one 16-byte access when it can prove the address
-   16-byte aligned. Unrolling parallel iterations keeps the semantics of the loop (its
-   iterations are independent: the kernel runs them in any order already), so every
-   other loop simply keeps one element per thread.
-2. `align_kernel_params(module)` (nvvm stage): the alignment proof needs the base
-   pointer. The runtime's buffers come from `cuMemAlloc` (256-byte aligned) through the
-   caching allocator, which hands out whole blocks; imported DLPack memory that is not
-   16-byte aligned is copied (lazymlir/targets/cuda.py), and `LaunchPlan.run` refuses
-   unaligned buffers. So a kernel pointer argument is 16-byte aligned when the plan's
-   byte offset for it (the view offset not in the memref type) is a multiple of 16 at
-   every launch of the kernel: those get `llvm.align = 16` (PTX `.ptr .align 16`).
-   A view at another offset (`x[:, 1:]`: 4 bytes) gets no claim and keeps scalar code.
+   then gives each thread 4 consecutive elements and `vectorize_body` emits one
+   `vector.load` / `vector.store` of 4 elements per contiguous access, the scalar body
+   once per lane in between. (4 unrolled scalar accesses left to LLVM's load/store
+   vectorizer were merged only sometimes: InstCombine rewrites the lane addresses of a
+   2-d access into forms whose common base it no longer sees.) Everything else keeps
+   one element per thread: an odd row, a transposed operand, a view 4 bytes in.
+2. `align_kernel_params(module)` (nvvm stage): a `vector<4xf32>` load becomes 16-byte
+   wide only when its address is provably 16-byte aligned, which needs the base
+   pointer's alignment. The runtime's buffers come from `cuMemAlloc` (256-byte aligned)
+   through the caching allocator, which hands out whole blocks; imported DLPack memory
+   that is not 16-byte aligned is copied (lazymlir/targets/cuda.py), and
+   `LaunchPlan.run` refuses unaligned buffers. So a kernel pointer argument is 16-byte
+   aligned when the plan's byte offset for it (the part of a view's offset its memref
+   type does not carry) is a multiple of 16 at every launch of the kernel: those get
+   `llvm.align = 16` (PTX `.ptr .align 16`). Without the claim NVPTX splits a vector
+   access into 4-byte ones, so part 1 is correct at any offset.
 """
 
 from __future__ import annotations
