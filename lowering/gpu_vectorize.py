@@ -159,14 +159,14 @@ def vectorize_body(loop, ivs: list[ir.Value], width: int, anchor) -> None:
             continue
         with ir.InsertionPoint(anchor), op.location:
             if op.name == "memref.load":
-                base = op.operands[0]
+                base = mapped(op.operands[0], 0)  # a global sunk into the loop: cloned
                 vtype = ir.VectorType.get([width], ir.MemRefType(base.type).element_type)
                 indices = [mapped(v, 0) for v in list(op.operands)[1:]]
                 loaded = vector.LoadOp(vtype, base, indices).result
                 for u in range(width):
                     maps[u][op.results[0]] = vector.extract(loaded, [], [u])
             else:
-                value, base = op.operands[0], op.operands[1]
+                value, base = op.operands[0], mapped(op.operands[1], 0)
                 vtype = ir.VectorType.get([width], ir.MemRefType(base.type).element_type)
                 joined = vector.FromElementsOp(
                     vtype, [mapped(value, u) for u in range(width)]).result

@@ -1,7 +1,8 @@
 // RUN: lazymlir-opt %s --target=cuda --stage=gpu -split-input-file | FileCheck %s
 
-// An elementwise op with a broadcast operand: one kernel, one thread per element,
-// the innermost dim (100) varies fastest, 6400 = 25 blocks x 256 threads.
+// An elementwise op with a broadcast operand: one kernel, 4 consecutive elements per
+// thread (rows of 100 are 25 groups of 4: gpu_vectorize.py), the innermost dim varies
+// fastest, 1600 threads = 7 blocks x 256 threads (the last one guarded).
 #map = affine_map<(d0, d1) -> (d0, d1)>
 #map1 = affine_map<(d0, d1) -> (d1)>
 func.func @relu$broadcast(%arg0: memref<64x100xf32>, %arg1: memref<100xf32>, %arg2: memref<64x100xf32>) {
@@ -16,24 +17,28 @@ func.func @relu$broadcast(%arg0: memref<64x100xf32>, %arg1: memref<100xf32>, %ar
 }
 // CHECK-LABEL: func.func @relu$broadcast
 // CHECK-SAME: (%[[X:.*]]: memref<64x100xf32>, %[[B:.*]]: memref<100xf32>, %[[OUT:.*]]: memref<64x100xf32>)
-// CHECK-DAG: %[[C25:.*]] = arith.constant 25 : index
+// CHECK-DAG: %[[C7:.*]] = arith.constant 7 : index
 // CHECK-DAG: %[[C256:.*]] = arith.constant 256 : index
-// CHECK: gpu.launch_func @[[MOD:.*]]::@[[KER:.*]] blocks in (%[[C25]], %{{.*}}, %{{.*}}) threads in (%[[C256]], %{{.*}}, %{{.*}}) args(%[[X]] : memref<64x100xf32>, %[[B]] : memref<100xf32>, %[[OUT]] : memref<64x100xf32>)
+// CHECK: gpu.launch_func @[[MOD:.*]]::@[[KER:.*]] blocks in (%[[C7]], %{{.*}}, %{{.*}}) threads in (%[[C256]], %{{.*}}, %{{.*}}) args(%[[X]] : memref<64x100xf32>, %[[B]] : memref<100xf32>, %[[OUT]] : memref<64x100xf32>)
 // CHECK-NEXT: return
 // CHECK: gpu.module @[[MOD]]
 // CHECK: gpu.func @[[KER]]({{.*}}) kernel
 // CHECK-DAG: gpu.block_id x
 // CHECK-DAG: gpu.thread_id x
-// CHECK: arith.remui %{{.*}}, %c100
-// CHECK: arith.maximumf
-// CHECK: memref.store
+// CHECK: arith.cmpi ult, %{{.*}}, %c1600
+// CHECK: arith.remui %{{.*}}, %c25
+// CHECK: vector.load %arg0{{.*}} vector<4xf32>
+// CHECK: vector.load %arg1{{.*}} vector<4xf32>
+// CHECK-COUNT-4: arith.maximumf
+// CHECK: vector.store {{.*}}, %arg2
 
 // -----
 
 // A size that is not a multiple of the block: grid rounds up, a bound guard skips the tail.
+// (301 is odd: one element per thread.)
 #map = affine_map<(d0) -> (d0)>
-func.func @exp$tail(%arg0: memref<300xf32>, %arg1: memref<300xf32>) {
-  linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%arg0 : memref<300xf32>) outs(%arg1 : memref<300xf32>) {
+func.func @exp$tail(%arg0: memref<301xf32>, %arg1: memref<301xf32>) {
+  linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%arg0 : memref<301xf32>) outs(%arg1 : memref<301xf32>) {
   ^bb0(%in: f32, %out: f32):
     %0 = math.exp %in : f32
     linalg.yield %0 : f32
@@ -45,13 +50,14 @@ func.func @exp$tail(%arg0: memref<300xf32>, %arg1: memref<300xf32>) {
 // CHECK: gpu.launch_func @{{.*}} blocks in (%[[C2]], %{{.*}}, %{{.*}}) threads in (%c256
 // CHECK: gpu.func
 // CHECK: %[[LIN:.*]] = arith.addi
-// CHECK: arith.cmpi ult, %[[LIN]], %c300
+// CHECK: arith.cmpi ult, %[[LIN]], %c301
 // CHECK: scf.if
 // CHECK: math.exp
 
 // -----
 
-// A zero fill becomes a memset on the host (no kernel); a non-zero fill is a kernel.
+// A zero fill becomes a memset on the host (no kernel); a non-zero fill is a kernel
+// (4 elements per thread: 2 threads).
 func.func @fill$memset(%arg0: memref<8x8xf32>, %arg1: memref<8xf32>) {
   %zero = arith.constant 0.000000e+00 : f32
   %one = arith.constant 1.000000e+00 : f32
@@ -62,5 +68,5 @@ func.func @fill$memset(%arg0: memref<8x8xf32>, %arg1: memref<8xf32>) {
 // CHECK-LABEL: func.func @fill$memset
 // CHECK: gpu.memset %{{.*}}, %{{.*}} : memref<8x8xf32>, f32
 // CHECK: gpu.launch_func
-// CHECK-SAME: threads in (%c8
+// CHECK-SAME: threads in (%c2
 // CHECK-NEXT: return

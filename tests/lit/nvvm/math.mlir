@@ -1,10 +1,10 @@
 // RUN: lazymlir-opt %s --target=cuda --stage=nvvm -split-input-file | FileCheck %s
 
 // bufferized input through gpu and plan to nvvm: math.exp becomes a libdevice call, bound guard
-// (300 threads = 2 blocks of 256) a conditional branch.
+// (301 elements: odd, one per thread; 2 blocks of 256) a conditional branch.
 #map = affine_map<(d0) -> (d0)>
-func.func @exp$guard(%arg0: memref<300xf32>, %arg1: memref<300xf32>) {
-  linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%arg0 : memref<300xf32>) outs(%arg1 : memref<300xf32>) {
+func.func @exp$guard(%arg0: memref<301xf32>, %arg1: memref<301xf32>) {
+  linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel"]} ins(%arg0 : memref<301xf32>) outs(%arg1 : memref<301xf32>) {
   ^bb0(%in: f32, %out: f32):
     %0 = math.exp %in : f32
     linalg.yield %0 : f32
