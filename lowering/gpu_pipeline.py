@@ -31,7 +31,13 @@ in this LLVM 22 build, and it yields correct PTX for every sample graph):
    bound guard. One linear index with the innermost dim fastest gives coalesced accesses
    and a block size chosen per loop (`min(block_size, N)`), which neither the global
    `scf-parallel-loop-tiling` sizes nor `gpu-map-parallel-loops` (dim 0 -> x) offer.
+   Elementwise loops whose accesses are contiguous and 16-byte aligned in groups of 4
+   give each thread 4 consecutive elements through `vector.load`/`vector.store`
+   (`gpu_vectorize.py`; the nvvm stage marks the pointer arguments `.align 16`).
 6. `convert-parallel-loops-to-gpu`, `gpu-kernel-outlining` (see `GPU_PIPELINE`).
+
+Transposes feeding matmuls or elementwise ops were folded into their consumers'
+indexing maps before bufferization (`transpose_folding.py`): no copy kernel.
 
 Shared memory is used by row reductions, fused row runs and float matmuls with M and
 N >= 32 (`gpu_matmul.py`: 128x128 tiles through shared memory, 8x8 register tiles,

@@ -205,13 +205,14 @@ def _ptx(fx_text: str) -> str:
 
 
 def test_ptx_has_16_byte_accesses(traced):
-    """4 elements per thread and `.align 16` pointer parameters: NVPTX merges a
-    thread's loads and stores into 16-byte ones. The view 4 bytes in keeps 4-byte ones
+    """4 elements per thread (vector<4xf32> loads/stores) and `.align 16` pointer
+    parameters: 16-byte accesses in PTX. The view 4 bytes in keeps 4-byte ones
     (its kernel gets x's own, aligned, pointer: the claim holds, the offset is applied
     inside the kernel)."""
     vec = _ptx(traced["vec4_chain"][0])
     assert ".ptr .align 16" in vec and ".ptr .align 1 " not in vec, vec[:2000]
-    assert vec.count("ld.global.v4.b32") == 2 and vec.count("st.global.v4.b32") == 1, vec
+    # x, y and the broadcast row b: three 16-byte loads, one 16-byte store.
+    assert vec.count("ld.global.v4.b32") == 3 and vec.count("st.global.v4.b32") == 1, vec
     scalar = _ptx(traced["slice_cols_64"][0])
     assert ".v4" not in scalar and "ld.global.b32" in scalar, scalar
 
