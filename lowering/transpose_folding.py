@@ -96,9 +96,9 @@ def _fold(producer) -> bool:
     for owner, number in uses:
         if isinstance(owner, ir.Block) or owner.name not in ("linalg.generic", *_MATMULS):
             return False
-        if "indexing_maps" not in owner.attributes or number >= len(owner.operands) - 1 \
-                or len(_maps(owner)) != len(owner.operands):
-            return False  # an init operand, or more than one output
+        if "indexing_maps" not in owner.attributes or \
+                number >= len(owner.opview.inputs) or len(_maps(owner)) != len(owner.operands):
+            return False  # an init operand (the consumer would write into the source)
     changed = []
     for owner, number in uses:
         maps = _maps(owner)
