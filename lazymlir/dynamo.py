@@ -15,7 +15,10 @@ in place and its outputs become torch.cuda tensors over the runtime's buffers), 
 no host round trip. Each output goes where AOTAutograd's fake tensors put it
 (`_output_devices`): a graph captured with CPU inputs keeps the CPU path, and Dynamo's
 device guards recompile when torch.cuda tensors arrive instead. Graphs with symbolic
-sizes are compiled once per concrete shape (`_specialize_per_shape`). The backend is
+sizes are compiled once per concrete shape (`_specialize_per_shape`). Each graph
+starts compiling in a worker when AOTAutograd hands it over; with the
+`eager_while_compiling` option its runs until then use PyTorch's kernels
+(`_run_eagerly`) instead of waiting. The backend is
 registered with Dynamo through the `torch_dynamo_backends` entry point, so
 `backend="lazymlir"` works after `pip install` without importing lazymlir.
 """
