@@ -77,9 +77,9 @@ def measure(make_step, backends: list[str], block: int, rounds: int) -> dict:
         compiled()
         first_s[backend] = time.perf_counter() - start
         if options is not None:  # eager_while_compiling: until every graph is compiled
-            from lazymlir.execution import executor
+            import lazymlir
 
-            executor.wait_for_compiles()
+            lazymlir.wait_for_compiles()
         ready_s[backend] = time.perf_counter() - start
         steps[backend] = compiled
     for step in steps.values():

@@ -323,7 +323,7 @@ def test_eager_while_compiling_runs_graphs_eagerly_until_their_compile_ends(
                                       rel=1e-5)
         assert metrics.counter("EagerWhileCompiling") == 2  # forward and backward
         assert metrics.counter("UncachedCompile") == 0  # nothing waited for a compile
-        lazymlir.execution.executor.wait_for_compiles()
+        lazymlir.wait_for_compiles()
         for x, y in batches[1:]:
             assert step(model, opt, forward, x, y) == pytest.approx(
                 step(reference, ref_opt, reference, x, y), rel=1e-5)
