@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from .. import session
+from ..support import host_isa
 from . import cpu_alloc, cpu_threads
 from . import dlpack_abi
 from .base import Executable, OutputMetas, Target
@@ -179,7 +180,9 @@ class CpuTarget(Target):
         return temporaries_stats()
 
     def fingerprint(self) -> str:
-        return f"cpu-{_host_cpu()}"
+        # The schedule's tile sizes follow the vector ISA, which LAZYMLIR_CPU_VECTOR_ISA
+        # may override: another choice is another artifact.
+        return f"cpu-{_host_cpu()}-{host_isa.vector_isa()}"
 
     def upload(self, cpu: torch.Tensor) -> torch.Tensor:
         return _copy_on_write(cpu.contiguous())
