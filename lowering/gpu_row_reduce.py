@@ -49,6 +49,7 @@ from .gpu_reductions import (
     _match,
     _walk,
 )
+from .gpu_warp_reduce import block_allreduce, partials_needed
 
 # Largest block; a power of two (the tree halves it).
 MAX_THREADS = 256
@@ -172,15 +173,18 @@ def _rewrite(op, comb, e, extents: list[int], npar: int) -> None:
     acc_type = e.type
     index = ir.IndexType.get()
     workgroup = ir.Attribute.parse("#gpu.address_space<workgroup>")
-    smem_type = ir.MemRefType.get([threads], acc_type, memory_space=workgroup)
+    partials = partials_needed(threads)  # one per warp; none for a single warp
+    smem_types = [ir.MemRefType.get([partials], acc_type, memory_space=workgroup)
+                  ] if partials else []
     with ir.InsertionPoint(op), op.location:
         one = _cidx(1)
         launch = gpu.LaunchOp.__mro__[1](None, [], _cidx(kept * per_row), one, one,
                                          _cidx(threads), one, one)
         launch.attributes["workgroup_attributions"] = ir.IntegerAttr.get(
-            ir.IntegerType.get_signless(64), 1)
-        body = launch.regions[0].blocks.append(*([index] * 12), smem_type)
-    block_x, tid, smem = body.arguments[0], body.arguments[3], body.arguments[12]
+            ir.IntegerType.get_signless(64), len(smem_types))
+        body = launch.regions[0].blocks.append(*([index] * 12), *smem_types)
+    block_x, tid = body.arguments[0], body.arguments[3]
+    smem = body.arguments[12] if partials else None
 
     def combine(a, b):
         new = comb.clone()
@@ -217,24 +221,10 @@ def _rewrite(op, comb, e, extents: list[int], npar: int) -> None:
             with ir.InsertionPoint(loop.body):
                 scf.YieldOp([combine(loop.inner_iter_args[0],
                                      value_at(loop.induction_variable))])
-        memref.StoreOp(loop.results[0], smem, [tid])
-        gpu.BarrierOp()
-        step = threads // 2
-        while step >= 1:
-            active = arith.CmpIOp(arith.CmpIPredicate.ult, tid, _cidx(step)).result
-            branch = scf.IfOp(active)
-            with ir.InsertionPoint(branch.then_block):
-                mine = memref.LoadOp(smem, [tid]).result
-                other = memref.LoadOp(
-                    smem, [arith.AddIOp(tid, _cidx(step)).result]).result
-                memref.StoreOp(combine(mine, other), smem, [tid])
-                scf.YieldOp([])
-            gpu.BarrierOp()
-            step //= 2
+        total = block_allreduce(loop.results[0], combine, tid, threads, smem)
         leader = arith.CmpIOp(arith.CmpIPredicate.eq, tid, _cidx(0)).result
         branch = scf.IfOp(leader)
         with ir.InsertionPoint(branch.then_block):
-            total = memref.LoadOp(smem, [_cidx(0)]).result
             out_idx = [affine.AffineApplyOp(ir.AffineMap.get(npar, 0, [x]), pivs).result
                        for x in maps[-1].results]
             if per_row > 1:
