@@ -85,6 +85,10 @@ def _inputs(graph: dict, how: str, seed: int) -> tuple[list, list]:
         dtype = fx_graph.dtype_from_name(meta["dtype"])
         if dtype.is_floating_point:
             t = torch.randn(meta["shape"], generator=gen, dtype=dtype)
+            if how == "with_nan":  # a NaN in every third row, at a different column each
+                rows = t.view(-1, t.shape[-1])
+                for r in range(0, rows.shape[0], 3):
+                    rows[r, (r * 7) % rows.shape[1]] = float("nan")
             tensors.append(1 + 0.01 * t if how == "near_one" else t)
         elif dtype == torch.bool:
             tensors.append(torch.randint(0, 2, meta["shape"], generator=gen).to(torch.uint8))
