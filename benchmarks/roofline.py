@@ -68,8 +68,8 @@ add/mul/fma issues at {FP32_ISSUE / 1e12:.1f} T instr/s), {SMS} SMs, {MAX_THREAD
 threads / {REGS_SM} registers / {SMEM_SM // 1024} KiB shared memory per SM, assumed L2
 bandwidth {L2_BW / 1e12:.1f} TB/s, shared memory {SMEM_BW / 1e12:.1f} TB/s (128 B/clk/SM),
 DRAM round trip {DRAM_LATENCY * 1e6:.1f} us, barrier
-step {BARRIER_COST * 1e6:.2f} us, warp shuffle step {SHUFFLE_COST * 1e6:.3f} us, launch gap {LAUNCH_GAP * 1e6:.1f} us. Dense tensor
-cores: f16/bf16 {TC_F16_PEAK / 1e12:.1f} TFLOP/s, tf32 {TC_TF32_PEAK / 1e12:.1f} TFLOP/s.
+step {BARRIER_COST * 1e6:.2f} us, warp shuffle step {SHUFFLE_COST * 1e6:.3f} us,
+launch gap {LAUNCH_GAP * 1e6:.1f} us. Dense tensor cores: f16/bf16 {TC_F16_PEAK / 1e12:.1f} TFLOP/s, tf32 {TC_TF32_PEAK / 1e12:.1f} TFLOP/s.
 
 Per kernel:
 * bytes = compulsory HBM traffic: every buffer argument the kernel loads from counts its
@@ -669,7 +669,8 @@ def _ptxas_cell(p) -> tuple[str, str, str]:
 
 def report(results: dict[str, list[dict]]) -> str:
     lines = ["| graph | kernel | grid x block | MB moved | GFLOP | regs | spills st/ld (B) "
-             "| smem (B) | rounds / barriers / shuffles | bound | est. us | roofline us | fraction |",
+             "| smem (B) | rounds / barriers / shuffles | bound | est. us | roofline us "
+             "| fraction |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     summary = ["| graph | launches | copies+memsets | MB in+out | GFLOP | est. us "
                "| roofline us | fraction of roofline | temporaries MB (all / peak live) |",

@@ -23,6 +23,14 @@ a block-sized buffer, and workgroup memory is a buffer per block (address spaces
 dropped: the CPU has one). Barriers inside control flow and private memory attributions
 are rejected (no generated kernel has them yet).
 
+A top-level `gpu.shuffle` (the row reductions' warp butterflies, gpu_warp_reduce.py)
+becomes a store of each thread's value into a block-sized workgroup buffer, a barrier,
+and a load of the source lane's slot (its warp's base + the PTX `shfl.sync` source lane
+for width 32; `valid` as PTX, an invalid lane reads its own value): the barrier's phase
+boundary is the exchange. Consecutive shuffles alternate between two buffers per type,
+as one's loads share a phase with the next one's stores. Shuffles inside control flow,
+widths other than 32 and blocks that are not whole warps are rejected.
+
 Warp-level matrix ops (`gpu.subgroup_mma_*`, the tensor-core matmul of gpu_mma.py)
 have no per-thread meaning: a fragment is spread over the 32 lanes of a warp in a
 layout PTX leaves unspecified, and every lane must execute the op together. Every lane

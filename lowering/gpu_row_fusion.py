@@ -14,10 +14,12 @@ thread. The ops run in program order inside the kernel:
   scalar (an earlier reduction's result, in a register of every thread), a per-column
   vector (weights: loaded) or a first load of a global row, and stores them to global
   memory only if the buffer is used after the run (a graph output, say);
-* a row reduction folds its n values in a register, combines the block's partials in
-  shared memory (tree with top-level `gpu.barrier`s, its own buffer), then every thread
-  reads the total and combines the initial value (the constant fill); thread 0 stores
-  it if the buffer is used after the run.
+* a row reduction folds its n values in a register, combines the block's partials
+  with warp shuffles (gpu_warp_reduce.block_allreduce: a xor butterfly per warp, one
+  top-level `gpu.barrier` and one shared word per warp in its own buffer, the warp
+  partials combined by shuffles in every warp), so every thread holds the total; it
+  combines the initial value (the constant fill), and thread 0 stores it if the buffer
+  is used after the run.
 
 Each input row is read from global memory once and each output written once.
 Intermediate buffers used only inside the run are never written, and their
@@ -26,7 +28,8 @@ allocations, views and deallocations are erased.
 A run is fused only when every operand is contiguous row-major and reached through
 shape views only (so the same (row, column) is the same element for every op), every
 generic has the same row count and row length (32 <= length <= MAX_PER_THREAD * 1024),
-and the run has at least one reduction and two generics. Anything else ends the run.
+every reduction's value can be shuffled (int/float of at most 64 bits), and the run has
+at least one reduction and two generics. Anything else ends the run.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Row reductions as one block per row (or per row slice): registers, then shared memory.
+"""Row reductions as one block per row (or per row slice): registers, then warp shuffles.
 
 A `linalg.generic` reduction whose innermost (contiguous) input dim is reduced,
 
@@ -9,14 +9,15 @@ layer_norm, full reductions) becomes a `gpu.launch` built here, before the
 `convert-linalg-to-parallel-loops` route of gpu_pipeline:
 
     grid  = |P| * G blocks (G blocks share one row when there are too few rows),
-    block = T threads (a power of two, <= 256, <= |R| / G),
-    workgroup memory: T accumulators.
+    block = T threads (a power of two, 32 <= T <= 256, <= |R| / G),
+    workgroup memory: T/32 partials (one per warp; none when T = 32).
 
     acc = f(ins[p, g*T + t])                                (every thread has one)
     for r = (g + G)*T + t; r < |R|; r += G*T: acc = comb(acc, f(ins[p, r]))
-    smem[t] = acc; barrier
-    for s = T/2 .. 1: (if t < s: smem[t] = comb(smem[t], smem[t+s])); barrier
-    t == 0: out[p] = comb(out[p], smem[0])      (G > 1: one atomic per block)
+    total = block_allreduce(acc)      (gpu_warp_reduce.py: xor-shuffle butterfly per
+                                       warp, lane 0 -> smem[warp], one barrier, the
+                                       T/32 partials combined by shuffles)
+    t == 0: out[p] = comb(out[p], total)        (G > 1: one atomic per block)
 
 Consecutive threads read consecutive elements (coalesced), each thread accumulates in a
 register, and global memory is written once per block. No identity value is needed:
@@ -27,10 +28,12 @@ element is written once, the output is never read). When the row length is a mul
 of G*T the per-thread loop has a constant trip count, which LLVM unrolls (all loads of
 a thread in flight).
 
-The tree uses shared memory and top-level `gpu.barrier`s rather than warp shuffles: the
-emulator driver (lowering/gpu_emulator.py) runs barriers by loop fission but has no
-cross-thread shuffle, and every kernel must run there. Combiners without an atomic
-(mulf/muli) always use G = 1.
+The block combines in registers with warp shuffles and one barrier (log2(T) + 1
+barriers and T words of shared memory with a shared-memory tree). The emulator driver
+(lowering/gpu_emulator.py) runs each top-level `gpu.shuffle` as a phase boundary, like
+a barrier, so the shuffles are emitted outside any `scf.if`. Accumulation types are
+unchanged (64-bit and 16-bit values move as 32-bit shuffles of their bits). Combiners
+without an atomic (mulf/muli) always use G = 1.
 """
 
 from __future__ import annotations
