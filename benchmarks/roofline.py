@@ -69,7 +69,8 @@ threads / {REGS_SM} registers / {SMEM_SM // 1024} KiB shared memory per SM, assu
 bandwidth {L2_BW / 1e12:.1f} TB/s, shared memory {SMEM_BW / 1e12:.1f} TB/s (128 B/clk/SM),
 DRAM round trip {DRAM_LATENCY * 1e6:.1f} us, barrier
 step {BARRIER_COST * 1e6:.2f} us, warp shuffle step {SHUFFLE_COST * 1e6:.3f} us,
-launch gap {LAUNCH_GAP * 1e6:.1f} us. Dense tensor cores: f16/bf16 {TC_F16_PEAK / 1e12:.1f} TFLOP/s, tf32 {TC_TF32_PEAK / 1e12:.1f} TFLOP/s.
+launch gap {LAUNCH_GAP * 1e6:.1f} us. Dense tensor cores: f16/bf16
+{TC_F16_PEAK / 1e12:.1f} TFLOP/s, tf32 {TC_TF32_PEAK / 1e12:.1f} TFLOP/s.
 
 Per kernel:
 * bytes = compulsory HBM traffic: every buffer argument the kernel loads from counts its
