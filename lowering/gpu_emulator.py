@@ -296,11 +296,7 @@ def _lower_warp_matrices(kernel, name: str) -> None:
                 if pool:
                     buffers[result] = pool.pop()
                 else:
-                    buffers[result] = body.add_argument(buf_type, kernel.location)
-                    count = ir.IntegerAttr(kernel.attributes["workgroup_attributions"]).value \
-                        if "workgroup_attributions" in kernel.attributes else 0
-                    kernel.attributes["workgroup_attributions"] = ir.IntegerAttr.get(
-                        ir.IntegerType.get_signless(64), count + 1)
+                    buffers[result] = _add_workgroup_buffer(kernel, buf_type)
         with ir.InsertionPoint(op), op.location:
             _emulate_fragment_op(op, buffers, index, reject)
         for v in op.operands:

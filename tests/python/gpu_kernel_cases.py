@@ -54,6 +54,9 @@ CASES = {
     # with an f64 atomic.
     "row_sum_f64_split": (lambda x: x.sum(-1),
                           lambda: (torch.randn(4, 5000, dtype=torch.float64),), "randn"),
+    # 16-bit values move as the low half of a 32-bit shuffle.
+    "row_max_min_f16": (lambda x: (x.amax(-1), x.amin(-1)),
+                        lambda: (torch.randn(20, 300, dtype=torch.float16),), "with_nan"),
     "row_sum_i32": (lambda x: x.sum(-1, dtype=torch.int32),
                     lambda: (torch.randint(0, 4, (9, 200), dtype=torch.int32),), "randn"),
     "log_softmax_f64": (lambda x: torch.log_softmax(x, dim=-1),

@@ -122,6 +122,16 @@ def test_reductions_are_block_per_row(name, traced):
         assert kernel.count("gpu.shuffle") == xor
 
 
+def test_narrow_and_wide_values_shuffle_as_32_bit_words(traced):
+    """f16 is shuffled as the low half of an i32, f64 as two i32 halves: the same bits."""
+    f16 = _gpu_text(traced["row_max_min_f16"][0])
+    assert "arith.bitcast" in f16 and "i16 to i32" in f16 and "maximumf" in f16
+    assert re.search(r"gpu\.shuffle\s+xor %\S+, %\S+, %\S+ : i32", f16)
+    f64 = _gpu_text(traced["row_sum_f64_split"][0])
+    assert "f64 to i64" in f64 and "i64 to f64" in f64 and "memref.atomic_rmw addf" in f64
+    assert not re.search(r"gpu\.shuffle\s+xor [^\n]*: (f16|f64|i64)", f16 + f64)
+
+
 def test_split_only_with_atomic(traced):
     """Few rows split each row over blocks combined by an atomic; a product (no atomic)
     and a GPU-filling row count do not split."""

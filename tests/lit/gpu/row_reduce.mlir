@@ -227,3 +227,36 @@ func.func @sum$i64(%arg0: memref<4096x64xi64>, %arg1: memref<4096xi64>) {
 // CHECK-COUNT-2: gpu.shuffle xor
 // CHECK-NOT: gpu.shuffle
 // CHECK: gpu.return
+
+// -----
+
+// 16-bit values move as the low half of a 32-bit shuffle (bitcast, zero-extend, shuffle,
+// truncate, bitcast back: the same bits); the max stays in f16 as before.
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#map1 = affine_map<(d0, d1) -> (d0)>
+func.func @amax$f16(%arg0: memref<4096x256xf16>, %arg1: memref<4096xf16>) {
+  %cst = arith.constant 0xFC00 : f16
+  linalg.fill ins(%cst : f16) outs(%arg1 : memref<4096xf16>)
+  linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["parallel", "reduction"]} ins(%arg0 : memref<4096x256xf16>) outs(%arg1 : memref<4096xf16>) {
+  ^bb0(%in: f16, %out: f16):
+    %0 = arith.maximumf %in, %out : f16
+    linalg.yield %0 : f16
+  }
+  return
+}
+// CHECK-LABEL: func.func @amax$f16
+// CHECK: gpu.func
+// CHECK-SAME: workgroup(%{{.*}} : memref<8xf16, #gpu.address_space<workgroup>>)
+// CHECK: %[[V:.*]] = memref.load %arg0
+// CHECK-NEXT: %[[B:.*]] = arith.bitcast %[[V]] : f16 to i16
+// CHECK-NEXT: %[[E:.*]] = arith.extui %[[B]] : i16 to i32
+// CHECK-NEXT: %[[S:.*]], %{{.*}} = gpu.shuffle xor %[[E]], %c16_i32, %c32_i32 : i32
+// CHECK-NEXT: %[[T:.*]] = arith.trunci %[[S]] : i32 to i16
+// CHECK-NEXT: %[[H:.*]] = arith.bitcast %[[T]] : i16 to f16
+// CHECK-NEXT: arith.maximumf %[[V]], %[[H]] : f16
+// CHECK-COUNT-4: gpu.shuffle xor
+// CHECK: gpu.barrier
+// CHECK-COUNT-3: gpu.shuffle xor
+// CHECK-NOT: gpu.shuffle
+// CHECK-NOT: gpu.barrier
+// CHECK: gpu.return
