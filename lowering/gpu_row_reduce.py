@@ -19,6 +19,12 @@ layer_norm, full reductions) becomes a `gpu.launch` built here, before the
                                        T/32 partials combined by shuffles)
     t == 0: out[p] = comb(out[p], total)        (G > 1: one atomic per block)
 
+Rows shorter than 64 elements get T = 32, one warp, and are packed min(8, |P|) rows to a
+block (warp w of block b owns row 8b + w; t above is then the lane), since blocks of 32
+threads would cap an SM at 32 blocks, half its 2048 threads. The last block's spare warps
+(|P| not a multiple of 8) reduce the last row again and store nothing, so the loads and
+shuffles need no guard.
+
 Consecutive threads read consecutive elements (coalesced), each thread accumulates in a
 register, and global memory is written once per block. No identity value is needed:
 each thread starts from its first element and the output's initial value (the preceding
@@ -52,7 +58,7 @@ from .gpu_reductions import (
     _match,
     _walk,
 )
-from .gpu_warp_reduce import block_allreduce, partials_needed
+from .gpu_warp_reduce import WARP, block_allreduce, partials_needed
 
 # Largest block; a power of two (the tree halves it).
 MAX_THREADS = 256
@@ -169,6 +175,8 @@ def _rewrite(op, comb, e, extents: list[int], npar: int) -> None:
     kept, total_r = math.prod(par_ext), math.prod(red_ext)
     kind = ATOMIC_KINDS[comb.name]
     threads, per_row = plan_shape(kept, total_r, kind)
+    # Rows of one warp: several rows per block, one per warp (see the module docstring).
+    rows_per_block = min(MAX_THREADS // WARP, kept) if threads == WARP and per_row == 1 else 1
     # One block per row writes every output element once: a constant fill right before
     # is folded into the combine (no read of the output, no fill launch).
     fill = _fill_before(op) if per_row == 1 else None
@@ -181,8 +189,9 @@ def _rewrite(op, comb, e, extents: list[int], npar: int) -> None:
                   ] if partials else []
     with ir.InsertionPoint(op), op.location:
         one = _cidx(1)
-        launch = gpu.LaunchOp.__mro__[1](None, [], _cidx(kept * per_row), one, one,
-                                         _cidx(threads), one, one)
+        grid = -(-kept // rows_per_block) * per_row
+        launch = gpu.LaunchOp.__mro__[1](None, [], _cidx(grid), one, one,
+                                         _cidx(threads * rows_per_block), one, one)
         launch.attributes["workgroup_attributions"] = ir.IntegerAttr.get(
             ir.IntegerType.get_signless(64), len(smem_types))
         body = launch.regions[0].blocks.append(*([index] * 12), *smem_types)
@@ -195,9 +204,19 @@ def _rewrite(op, comb, e, extents: list[int], npar: int) -> None:
         return new.results[0]
 
     with ir.InsertionPoint(body), op.location:
+        owner = None  # whether this warp's row exists (packed rows, last block)
         if per_row > 1:
             row = arith.DivUIOp(block_x, _cidx(per_row)).result
             part = arith.RemUIOp(block_x, _cidx(per_row)).result
+        elif rows_per_block > 1:
+            slot = arith.AddIOp(arith.MulIOp(block_x, _cidx(rows_per_block)).result,
+                                arith.DivUIOp(tid, _cidx(WARP)).result).result
+            # The last block's spare warps reduce the last row again (no guard around
+            # the loads and shuffles, which must stay top-level) and store nothing.
+            row, part = arith.MinUIOp(slot, _cidx(kept - 1)).result, None
+            if kept % rows_per_block:
+                owner = arith.CmpIOp(arith.CmpIPredicate.ult, slot, _cidx(kept)).result
+            tid = arith.RemUIOp(tid, _cidx(WARP)).result  # the lane: thread of its row
         else:
             row, part = block_x, None
         pivs = _delinearize(row, par_ext) if npar else []
@@ -226,6 +245,8 @@ def _rewrite(op, comb, e, extents: list[int], npar: int) -> None:
                                      value_at(loop.induction_variable))])
         total = block_allreduce(loop.results[0], combine, tid, threads, smem)
         leader = arith.CmpIOp(arith.CmpIPredicate.eq, tid, _cidx(0)).result
+        if owner is not None:
+            leader = arith.AndIOp(leader, owner).result
         branch = scf.IfOp(leader)
         with ir.InsertionPoint(branch.then_block):
             out_idx = [affine.AffineApplyOp(ir.AffineMap.get(npar, 0, [x]), pivs).result

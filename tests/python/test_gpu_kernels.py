@@ -75,7 +75,7 @@ def test_matches_eager_on_emulator(name, runtime, traced):
 
 
 @pytest.mark.parametrize("name", ["row_sum_split", "full_sum", "row_amax",
-                                  "row_sum_f64_split", "row_max_min_nan"])
+                                  "row_sum_f64_split", "row_max_min_nan", "row_sum_warp"])
 def test_block_order_does_not_matter(name, runtime, traced):
     assert_matches_with_blocks_reversed(runtime, traced[name][0], CASES[name][2], seed=3,
                                         what=name)
@@ -105,9 +105,11 @@ def test_reductions_are_block_per_row(name, traced):
     assert reducing, gpu_text[-3000:]
     for kernel in reducing:
         threads = int(re.search(r"known_block_size = array<i32: (\d+), 1, 1>", kernel)[1])
-        warps = threads // 32
         header = kernel.split("\n")[0]
         partials = re.findall(r"memref<(\d+)x\w+, #gpu.address_space<workgroup>>", header)
+        # Rows of one warp are packed 8 to a block (gpu_row_reduce): no partials.
+        packed = "arith.minui" in kernel and not partials
+        warps = 1 if packed else threads // 32
         assert [int(p) for p in partials] == [warps] * len(partials) if warps > 1 else \
             not partials, header
         assert kernel.count("gpu.barrier") == len(partials)
@@ -130,6 +132,18 @@ def test_narrow_and_wide_values_shuffle_as_32_bit_words(traced):
     f64 = _gpu_text(traced["row_sum_f64_split"][0])
     assert "f64 to i64" in f64 and "i64 to f64" in f64 and "memref.atomic_rmw addf" in f64
     assert not re.search(r"gpu\.shuffle\s+xor [^\n]*: (f16|f64|i64)", f16 + f64)
+
+
+def test_one_warp_rows_share_a_block(traced):
+    """50 rows of 40: one warp per row, 8 rows per block of 256 threads (7 blocks, the
+    last with 2 rows), no shared memory or barrier; the spare warps store nothing."""
+    fx_text = traced["row_sum_warp"][0]
+    plan_text, _ = compile_for_emulator(fx_text)
+    launch = next(line for line in plan_text.splitlines() if line.startswith("launch"))
+    assert launch.split()[3:9] == ["7", "1", "1", "256", "1", "1"], launch
+    (kernel,) = _kernels(_gpu_text(fx_text))
+    assert "gpu.barrier" not in kernel and "workgroup" not in kernel
+    assert "arith.minui" in kernel and "arith.andi" in kernel
 
 
 def test_split_only_with_atomic(traced):

@@ -170,14 +170,16 @@ func.func @rowsum(%arg0: memref<2048x512xf32>, %arg1: memref<2048xf32>) {
 
 // -----
 
-// Rows of 40: one warp of 32 threads per row, no shared memory and no barrier: the warp's
-// butterfly leaves the row's sum in every lane.
+// Rows of 40: one warp of 32 threads per row, 8 rows per block of 256 threads (warp w of
+// block b owns row 8b + w), no shared memory and no barrier: the warp's butterfly leaves
+// the row's sum in every lane. 1001 rows: the last block's 7 spare warps re-read row
+// 1000 (clamped, no guard around loads and shuffles) and store nothing.
 #map = affine_map<(d0, d1) -> (d0, d1)>
 #map1 = affine_map<(d0, d1) -> (d0)>
-func.func @warp(%arg0: memref<1000x40xf32>, %arg1: memref<1000xf32>) {
+func.func @warp(%arg0: memref<1001x40xf32>, %arg1: memref<1001xf32>) {
   %cst = arith.constant 0.000000e+00 : f32
-  linalg.fill ins(%cst : f32) outs(%arg1 : memref<1000xf32>)
-  linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["parallel", "reduction"]} ins(%arg0 : memref<1000x40xf32>) outs(%arg1 : memref<1000xf32>) {
+  linalg.fill ins(%cst : f32) outs(%arg1 : memref<1001xf32>)
+  linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["parallel", "reduction"]} ins(%arg0 : memref<1001x40xf32>) outs(%arg1 : memref<1001xf32>) {
   ^bb0(%in: f32, %out: f32):
     %0 = arith.addf %in, %out : f32
     linalg.yield %0 : f32
@@ -185,12 +187,27 @@ func.func @warp(%arg0: memref<1000x40xf32>, %arg1: memref<1000xf32>) {
   return
 }
 // CHECK-LABEL: func.func @warp
-// CHECK: gpu.launch_func @{{.*}} blocks in (%c1000, %{{.*}}, %{{.*}}) threads in (%c32,
+// CHECK: gpu.launch_func @{{.*}} blocks in (%c126, %{{.*}}, %{{.*}}) threads in (%c256,
 // CHECK: gpu.func
 // CHECK-NOT: workgroup
 // CHECK-SAME: kernel
+// CHECK-DAG: %[[B:.*]] = gpu.block_id x
+// CHECK-DAG: %[[T:.*]] = gpu.thread_id x
+// CHECK: %[[FIRST:.*]] = arith.muli %[[B]], %c8
+// CHECK-NEXT: %[[WARP:.*]] = arith.divui %[[T]], %c32
+// CHECK-NEXT: %[[SLOT:.*]] = arith.addi %[[FIRST]], %[[WARP]]
+// CHECK-NEXT: %[[ROW:.*]] = arith.minui %[[SLOT]], %c1000
+// CHECK-NEXT: %[[OWNER:.*]] = arith.cmpi ult, %[[SLOT]], %c1001
+// CHECK-NEXT: %[[LANE:.*]] = arith.remui %[[T]], %c32
+// CHECK-NEXT: memref.load %arg0[%[[ROW]], %[[LANE]]]
 // CHECK-NOT: gpu.barrier
 // CHECK-COUNT-5: gpu.shuffle xor
+// CHECK-NEXT: %[[SUM:.*]] = arith.addf
+// CHECK-NEXT: %[[LEAD:.*]] = arith.cmpi eq, %[[LANE]], %c0
+// CHECK-NEXT: %[[STORE:.*]] = arith.andi %[[LEAD]], %[[OWNER]]
+// CHECK-NEXT: scf.if %[[STORE]]
+// CHECK-NEXT: %[[OUT:.*]] = arith.addf %[[SUM]], %cst
+// CHECK-NEXT: memref.store %[[OUT]], %arg1[%[[ROW]]]
 // CHECK-NOT: gpu.barrier
 // CHECK: gpu.return
 
