@@ -50,6 +50,8 @@ SMEM_SM = 228 * 1024
 MAX_BLOCKS_SM = 32
 DRAM_LATENCY = 0.7e-6  # s, one dependent global-memory round trip
 BARRIER_COST = 0.03e-6  # s, one barrier + shared-memory step of a block
+# s, one dependent warp-shuffle step (shfl.sync ~25 cycles + the combine, at 1.98 GHz)
+SHUFFLE_COST = 0.015e-6
 LAUNCH_GAP = 1.0e-6  # s, back-to-back launch gap per kernel
 UNROLL_LIMIT = 16  # constant-trip loops up to this many iterations are assumed unrolled
 SMEM_BW = SMS * 128 * 1.98e9  # bytes/s: 128 B/clk/SM at the 1.98 GHz boost clock
@@ -66,8 +68,9 @@ add/mul/fma issues at {FP32_ISSUE / 1e12:.1f} T instr/s), {SMS} SMs, {MAX_THREAD
 threads / {REGS_SM} registers / {SMEM_SM // 1024} KiB shared memory per SM, assumed L2
 bandwidth {L2_BW / 1e12:.1f} TB/s, shared memory {SMEM_BW / 1e12:.1f} TB/s (128 B/clk/SM),
 DRAM round trip {DRAM_LATENCY * 1e6:.1f} us, barrier
-step {BARRIER_COST * 1e6:.2f} us, launch gap {LAUNCH_GAP * 1e6:.1f} us. Dense tensor
-cores: f16/bf16 {TC_F16_PEAK / 1e12:.1f} TFLOP/s, tf32 {TC_TF32_PEAK / 1e12:.1f} TFLOP/s.
+step {BARRIER_COST * 1e6:.2f} us, warp shuffle step {SHUFFLE_COST * 1e6:.3f} us,
+launch gap {LAUNCH_GAP * 1e6:.1f} us. Dense tensor cores: f16/bf16
+{TC_F16_PEAK / 1e12:.1f} TFLOP/s, tf32 {TC_TF32_PEAK / 1e12:.1f} TFLOP/s.
 
 Per kernel:
 * bytes = compulsory HBM traffic: every buffer argument the kernel loads from counts its
@@ -96,7 +99,8 @@ Per kernel:
   issues at the full rate, which on H100 only the asynchronous wgmma reaches.
 * t_est = max(bytes / HBM, sector bytes / L2, shared bytes / shared bandwidth,
   fp instrs / issue rate, t_mma, waves x (rounds x round trip + barriers x barrier
-  step)) + launch gap.
+  step + shuffles x shuffle step)) + launch gap (a 64-bit value's two shuffles count
+  as two steps).
 * t_roof = max(bytes / HBM, flops / FP32 peak + mma flops / f16-bf16 tensor peak) (the
   roofline of an f16/bf16 matmul is the dense BF16 tensor-core peak whatever
   instruction the kernel uses); fraction = t_roof / t_est.
@@ -176,6 +180,7 @@ class Counts:
     store_bytes: float = 0.0
     sector_bytes: float = 0.0  # per-thread share of the warp's sector bytes
     barriers: float = 0.0
+    shuffles: float = 0.0  # gpu.shuffle ops executed by one thread
     rounds: float = 0.0
     mma_fp: float = 0.0  # warp-level matrix flops (a thread's 1/32 share)
     mma_time: float = 0.0  # the same at the instruction's tensor-core rate (s)
@@ -373,6 +378,9 @@ class KernelEval:
                 lanes = math.prod(ir.VectorType(op.operands[0].type).shape)
                 self._access(op, op.operands[1], list(op.operands)[2:], weight, True, lanes)
                 continue
+            if name == "gpu.shuffle":
+                self.counts.shuffles += weight
+                continue
             if name == "gpu.subgroup_mma_compute":
                 flops, rate = _mma_flops(op)
                 self.counts.mma_fp += weight * flops
@@ -469,6 +477,7 @@ class KernelStats:
     mma_fp: float = 0.0
     mma_time: float = 0.0
     ptxas: dict | None = None
+    shuffles: float = 0.0
 
 
 def analyse_kernel(func, grid, block, arg_bytes: list[int]) -> KernelStats:
@@ -509,6 +518,7 @@ def analyse_kernel(func, grid, block, arg_bytes: list[int]) -> KernelStats:
             total.store_bytes += c.store_bytes
             total.sector_bytes += sector
             total.barriers = max(total.barriers, c.barriers)
+            total.shuffles = max(total.shuffles, c.shuffles)
             total.rounds = max(total.rounds, c.rounds)
             loaded |= c.loaded
             stored |= c.stored
@@ -519,7 +529,8 @@ def analyse_kernel(func, grid, block, arg_bytes: list[int]) -> KernelStats:
     return KernelStats(name, grid, block, nblocks * nthreads, total.fp * scale,
                        total.instrs * scale, total.shared_bytes * scale, footprint,
                        total.sector_bytes * scale, total.barriers, total.rounds,
-                       total.mma_fp * scale, total.mma_time * scale)
+                       total.mma_fp * scale, total.mma_time * scale,
+                       shuffles=total.shuffles)
 
 
 # ---------------------------------------------------------------------------------------
@@ -579,7 +590,8 @@ def estimate(k: KernelStats) -> dict:
     t_l2 = k.sector_bytes / L2_BW
     t_fp = k.instrs / FP32_ISSUE
     t_smem = k.shared_bytes / SMEM_BW
-    t_lat = waves * (k.rounds * DRAM_LATENCY + k.barriers * BARRIER_COST)
+    t_lat = waves * (k.rounds * DRAM_LATENCY + k.barriers * BARRIER_COST
+                     + k.shuffles * SHUFFLE_COST)
     t_mma = k.mma_time  # like t_fp: every SM's tensor cores busy, no wave quantization
     t_est = max(t_hbm, t_l2, t_smem, t_fp, t_mma, t_lat) + LAUNCH_GAP
     t_roof = max(k.bytes / HBM_BW, k.fp / FP32_PEAK + k.mma_fp / TC_F16_PEAK)
@@ -674,7 +686,8 @@ def _ptxas_cell(p) -> tuple[str, str, str]:
 
 def report(results: dict[str, list[dict]]) -> str:
     lines = ["| graph | kernel | grid x block | MB moved | GFLOP | regs | spills st/ld (B) "
-             "| smem (B) | rounds / barriers | bound | est. us | roofline us | fraction |",
+             "| smem (B) | rounds / barriers / shuffles | bound | est. us | roofline us "
+             "| fraction |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     summary = ["| graph | launches | copies+memsets | MB in+out | GFLOP | est. us "
                "| roofline us | fraction of roofline | temporaries MB (all / peak live) |",
@@ -694,7 +707,7 @@ def report(results: dict[str, list[dict]]) -> str:
                 lines.append(
                     f"| {label} | {s.name} | {s.grid[0]} x {s.block[0]} | {_mb(s.bytes)} | "
                     f"{_gf(s.fp + s.mma_fp)} | {regs} | {spills} | {smem} | "
-                    f"{s.rounds:g} / {s.barriers:g} | {row['bound']} | "
+                    f"{s.rounds:g} / {s.barriers:g} / {s.shuffles:g} | {row['bound']} | "
                     f"{row['t_est'] * 1e6:.1f} | {row['t_roof'] * 1e6:.1f} | "
                     f"{row['fraction']:.0%} |")
             launches = sum(r["kind"] == "launch" for r in res["rows"])

@@ -33,7 +33,7 @@ from . import config, metrics, session, targets  # noqa: E402
 from .device import register as _register  # noqa: E402
 from .dlpack import from_dlpack, to_dlpack  # noqa: E402
 from .execution import diagnostics as _diagnostics  # noqa: E402
-from .execution.executor import dump_to  # noqa: E402
+from .execution.executor import dump_to, wait_for_compiles  # noqa: E402
 from .support.errors import (  # noqa: E402
     CompileError,
     CompilerCrashError,
@@ -69,5 +69,5 @@ def _configure_logging() -> None:
 _configure_logging()
 
 __all__ = ["mark_step", "debug", "to_dlpack", "from_dlpack", "metrics", "config", "session",
-           "dump_to", "target", "__version__",
+           "dump_to", "wait_for_compiles", "target", "__version__",
            "LazyMlirError", "CompileError", "CompilerCrashError", "ExecutionError"]

@@ -15,7 +15,10 @@ in place and its outputs become torch.cuda tensors over the runtime's buffers), 
 no host round trip. Each output goes where AOTAutograd's fake tensors put it
 (`_output_devices`): a graph captured with CPU inputs keeps the CPU path, and Dynamo's
 device guards recompile when torch.cuda tensors arrive instead. Graphs with symbolic
-sizes are compiled once per concrete shape (`_specialize_per_shape`). The backend is
+sizes are compiled once per concrete shape (`_specialize_per_shape`). Each graph
+starts compiling in a worker when AOTAutograd hands it over; with the
+`eager_while_compiling` option its runs until then use PyTorch's kernels
+(`_run_eagerly`) instead of waiting. The backend is
 registered with Dynamo through the `torch_dynamo_backends` entry point, so
 `backend="lazymlir"` works after `pip install` without importing lazymlir.
 """
@@ -23,14 +26,16 @@ registered with Dynamo through the `torch_dynamo_backends` entry point, so
 from __future__ import annotations
 
 import copy
+import functools
 import operator
+import warnings
 
 import torch
 import torch.fx
 from torch._dynamo.backends.common import aot_autograd
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from . import targets
+from . import session, targets
 from .execution import executor
 from .lowering import fx_graph
 
@@ -107,7 +112,7 @@ def to_fx_stage(gm: torch.fx.GraphModule) -> tuple[dict, list, list[int | None]]
     return graph, constants, layout
 
 
-def _compile(gm: torch.fx.GraphModule, example_inputs):
+def _compile(gm: torch.fx.GraphModule, example_inputs, eager_while_compiling=None):
     graph, constants, layout = to_fx_stage(gm)
     target = targets.active()
     key = fx_graph.structural_hash(graph, target.name)
@@ -125,6 +130,8 @@ def _compile(gm: torch.fx.GraphModule, example_inputs):
     borrow = target.borrow
 
     def run(args):
+        if _eager_tier(eager_while_compiling) and executor.compile_pending(key):
+            return _run_eagerly(gm, args)
         inputs = [borrow(a) for a in args]
         inputs += borrowed_constants
         args.clear()  # boxed calling convention: let AOTAutograd free what it can
@@ -134,6 +141,25 @@ def _compile(gm: torch.fx.GraphModule, example_inputs):
 
     run._boxed_call = True  # AOTAutograd's boxed convention (functorch.compile.make_boxed_func)
     return run
+
+
+def _eager_tier(option: bool | None) -> bool:
+    """torch.compile's `options={"eager_while_compiling": ...}`, else the setting."""
+    return session.current().settings.eager_while_compiling if option is None else option
+
+
+def _run_eagerly(gm: torch.fx.GraphModule, args: list) -> list:
+    """Run AOTAutograd's graph with PyTorch's own kernels, while lazymlir compiles it.
+
+    The graph is the functional, decomposed one the compile worker is lowering, so
+    this is what AOTAutograd's `aot_eager` backend runs: eager numbers, and the step
+    does not wait for the compile (Dynamo traces the rest of the program meanwhile,
+    e.g. the optimizer step). Counted, and not an op fallback: nothing failed to lower.
+    """
+    session.current().metrics.inc("EagerWhileCompiling")
+    outs = gm(*args)
+    args.clear()  # boxed calling convention, as in run()
+    return list(outs)
 
 
 def _output_devices(gm: torch.fx.GraphModule) -> list[torch.device | None]:
@@ -185,7 +211,7 @@ def _decompositions():
     return table
 
 
-def _static_backend(gm: torch.fx.GraphModule, example_inputs):
+def _static_backend(gm: torch.fx.GraphModule, example_inputs, eager_while_compiling=None):
     # Attention is traced as its math form: the fused CPU kernels' forward
     # decomposes, but their backward has no decomposition and would run
     # eagerly against a decomposed forward's saved logsumexp (wrong gradients
@@ -195,7 +221,8 @@ def _static_backend(gm: torch.fx.GraphModule, example_inputs):
     # never runs backward still compiles it, in the background).
     with sdpa_kernel([SDPBackend.MATH]), \
             torch._functorch.config.patch(force_non_lazy_backward_lowering=True):
-        return aot_autograd(fw_compiler=_compile, bw_compiler=_compile,
+        compile_graph = functools.partial(_compile, eager_while_compiling=eager_while_compiling)
+        return aot_autograd(fw_compiler=compile_graph, bw_compiler=compile_graph,
                             decompositions=_decompositions())(gm, example_inputs)
 
 
@@ -226,7 +253,7 @@ def _bind_non_tensors(gm: torch.fx.GraphModule, args) -> tuple[torch.fx.GraphMod
     return torch.fx.GraphModule(gm, graph), kept
 
 
-def _specialize_per_shape(gm: torch.fx.GraphModule):
+def _specialize_per_shape(gm: torch.fx.GraphModule, eager_while_compiling=None):
     """A callable that compiles `gm` once per concrete input signature.
 
     The pipeline compiles static shapes. Dynamo marks a dimension dynamic after it
@@ -244,7 +271,8 @@ def _specialize_per_shape(gm: torch.fx.GraphModule):
         entry = specializations.get(key)
         if entry is None:
             static_gm, kept = _bind_non_tensors(gm, args)
-            compiled = _static_backend(static_gm, [args[i] for i in kept])
+            compiled = _static_backend(static_gm, [args[i] for i in kept],
+                                       eager_while_compiling)
             entry = specializations[key] = (compiled, kept)
         compiled, kept = entry
         return compiled(*[args[i] for i in kept])
@@ -252,14 +280,41 @@ def _specialize_per_shape(gm: torch.fx.GraphModule):
     return run
 
 
-def lazymlir_backend(gm: torch.fx.GraphModule, example_inputs):
-    """The Dynamo backend: AOTAutograd with lazymlir compiling forward and backward."""
+# torch.compile(..., options={...}) for this backend: name -> type.
+OPTIONS = {"eager_while_compiling": bool}
+
+
+def _backend_options(options, mode) -> bool | None:
+    """The eager_while_compiling option (None: the setting decides at each run)."""
+    options = dict(options or {})
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise ValueError(f"torch.compile(backend='lazymlir'): unknown option(s) {unknown}; "
+                         f"known: {', '.join(f'{k} ({t.__name__})' for k, t in OPTIONS.items())}")
+    for name, kind in OPTIONS.items():
+        if name in options and not isinstance(options[name], kind):
+            raise TypeError(f"torch.compile(backend='lazymlir'): option {name} must be a "
+                            f"{kind.__name__}, got {options[name]!r}")
+    if mode not in (None, "default"):
+        warnings.warn(f"lazymlir: torch.compile(mode={mode!r}) is ignored: the lazymlir "
+                      f"backend has one mode", stacklevel=3)
+    return options.get("eager_while_compiling")
+
+
+def lazymlir_backend(gm: torch.fx.GraphModule, example_inputs, options=None, mode=None):
+    """The Dynamo backend: AOTAutograd with lazymlir compiling forward and backward.
+
+    `options` (torch.compile's): {"eager_while_compiling": True} runs each graph with
+    PyTorch's kernels until its compile, started in the background, has finished
+    (default: the LAZYMLIR_EAGER_WHILE_COMPILING setting, off: the first run waits).
+    """
+    eager_while_compiling = _backend_options(options, mode)
     # A graph to compile is coming: the compile worker imports the compiler while
     # AOTAutograd traces (not when the disk cache is warm: executor.prestart_worker).
     executor.prestart_worker()
     if any(_is_symbolic(x) for x in example_inputs):
-        return _specialize_per_shape(gm)
-    return _static_backend(gm, example_inputs)
+        return _specialize_per_shape(gm, eager_while_compiling)
+    return _static_backend(gm, example_inputs, eager_while_compiling)
 
 
 # Installed packages register the backend through the entry point; a source

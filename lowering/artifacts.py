@@ -24,9 +24,11 @@ from pathlib import Path
 FORMAT = 1
 
 
-def package(target: str, final_text: str, directory: Path,
+def package(target: str, final, directory: Path,
             emulator_source: str | None = None, emulator_verify: bool = False) -> Path:
-    """Write the artifact for `target` from its last stage's text into `directory`.
+    """Write the artifact for `target` from its last stage's output into `directory`:
+    `final` is that stage's text, or a stages.Result (the cpu target then translates
+    its LLVM dialect module in-process, without printing and parsing it again).
 
     cuda: with `emulator_source` (the graph's `gpu`-stage text) the kernel images are
     emulator images built from it (with runtime bounds checks if `emulator_verify`)
@@ -38,12 +40,13 @@ def package(target: str, final_text: str, directory: Path,
     if target == "cpu":
         from .cpu_codegen import SO_NAME, build_shared_object
 
-        build_shared_object(final_text, directory)
+        module = getattr(final, "module", None)
+        build_shared_object(module if module is not None else _text(final), directory)
         manifest["files"] = [SO_NAME]
     elif target == "cuda":
         from .gpu_stages import executable_parts
 
-        plan_text, kernels = executable_parts(final_text)
+        plan_text, kernels = executable_parts(_text(final))
         if emulator_source is not None:
             kernels = _emulator_kernels(emulator_source, kernels, emulator_verify)
         (directory / "plan.txt").write_text(plan_text)
@@ -60,6 +63,10 @@ def package(target: str, final_text: str, directory: Path,
     tmp.write_text(json.dumps(manifest))
     tmp.replace(directory / "artifact.json")
     return directory
+
+
+def _text(final) -> str:
+    return final if isinstance(final, str) else final.text
 
 
 def _emulator_kernels(gpu_text: str, native: list, verify: bool) -> list:

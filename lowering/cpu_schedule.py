@@ -6,14 +6,15 @@ from the ops' static shapes) tiles, vectorizes and lowers exactly those ops;
 everything else keeps the scalar `convert-linalg-to-loops` path that follows
 in the pipeline (and LLVM's loop vectorizer at -O3).
 
-Strategies (AVX-512: 16 f32 lanes; the same code is correct on any x86-64,
-llc picks the host's vector width):
+Strategies (tile sizes for the host's vector registers, lowering/cpu_isa.py; the
+same code is correct on any x86-64, llc picks the host's vector width):
 
 - contraction (`linalg.matmul`, `linalg.batch_matmul`, f32, static shapes):
   a cache tile (at most 64 x 256 x 256 of M x N x K) around a register tile
-  of 8 x 32 (M x N) over 4 steps of K, all dividing the shape (no partial
-  tiles, so no masks). The register tile becomes one `vector.contract`, then
-  8 x 4 broadcast FMAs on `vector<32xf32>` rows. The accumulator is read
+  of 8 x 32 (AVX-512; 6 x 16 or 4 x 16 on AVX2) of M x N over 4 steps of K,
+  all dividing the shape (no partial tiles, so no masks). The register tile
+  becomes one `vector.contract`, then per K step one broadcast FMA per row on
+  `vector<32xf32>` (AVX2: `vector<16xf32>`) rows. The accumulator is read
   before the K loop and written after it (`hoist_redundant_vector_transfers`
   after folding the subviews into the transfers): it lives in registers,
   never reloaded or stored per step.
@@ -26,14 +27,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import cpu_parallel
+from . import cpu_isa, cpu_parallel
 from .mlir_runner import PipelineFailure
 
 TAG = "lazymlir.schedule"
 
-# Register tile of a contraction (M x N x K): 8 x 32 f32 accumulators are 16
-# AVX-512 registers, leaving room for the B rows and A broadcasts.
-REG_M, REG_N, REG_K = 8, 32, 4
+# Register tiles, reduction steps and transpose tiles depend on the host's vector
+# registers: cpu_isa.py (8 x 32 accumulators on AVX-512, 6 x 16 or 4 x 16 on AVX2).
 # Cache tile caps (M x N x K): a 256 x 32 slice of B (32 KiB) stays in L1
 # while a 64-row block of A streams past it.
 CACHE_M, CACHE_N, CACHE_K = 64, 256, 256
@@ -44,22 +44,22 @@ CACHE_M, CACHE_N, CACHE_K = 64, 256, 256
 # matmuls (8.4M) on one core.
 MIN_PARALLEL_FLOPS = 2 * 1024 * 1024
 
-# Reduction step of an innermost-dim reduction: the largest of these dividing
-# the reduced extent. One step is one vector of up to 256 elements (16 AVX-512
-# registers) folded by a reassociated tree (independent adds), then into the
-# scalar accumulator: one dependent accumulator update per 256 elements
-# instead of per 16 (the horizontal-reduce latency dominated row reductions).
-REDUCTION_TILES = (256, 128, 64, 32, 16, 8)
+# Reduction step of an innermost-dim reduction: the largest of the ISA's
+# reduction_tiles dividing the reduced extent. One step is one vector of up to 256
+# elements (16 AVX-512 registers; 128 on AVX2) folded by a reassociated tree
+# (independent adds), then into the scalar accumulator: one dependent accumulator
+# update per step instead of per vector register (the horizontal-reduce latency
+# dominated row reductions).
 
 # Blocks an op's outermost loop is split into when it runs on all cores: the
 # static schedule hands each thread a contiguous run of them, so more blocks
 # than threads only evens out the split.
 PARALLEL_BLOCKS = 16
 
-# Tile edges of a transpose (per dim, the largest dividing it; other sizes keep
-# the scalar loops): a 16 x 16 float32 tile is 16 AVX-512 registers, transposed
-# by the 16 x 16 shuffle network (`lower_transpose` "shuffle_16x16").
-TRANSPOSE_TILES = (16, 8)
+# Tile edges of a transpose (per dim, the largest of the ISA's transpose_tiles
+# dividing it; other sizes keep the scalar loops): a 16 x 16 float32 tile is 16
+# AVX-512 registers, transposed by the 16 x 16 shuffle network (`lower_transpose`
+# "shuffle_16x16"); on AVX2 8 x 8 tiles, by its specialized 8 x 8 shuffles.
 
 
 @dataclass
@@ -126,9 +126,10 @@ def _contraction_plan(op, index: int) -> Plan | None:
         return None
     a, b = shapes[0], shapes[1]
     m, k, n = a[-2], a[-1], b[-1]
-    rm = _largest_divisor(m, (REG_M, 4, 2))
-    rn = _largest_divisor(n, (REG_N, 16, 8))
-    rk = _largest_divisor(k, (REG_K, 2))
+    isa = cpu_isa.host()
+    rm = _largest_divisor(m, isa.reg_m)
+    rn = _largest_divisor(n, isa.reg_n)
+    rk = _largest_divisor(k, isa.reg_k)
     if rm == 1 or rn == 1:
         return None  # tiny or odd shapes: the scalar loops are as good
     cm, cn, ck = _cache_tile(m, rm, CACHE_M), _cache_tile(n, rn, CACHE_N), \
@@ -204,7 +205,7 @@ def _innermost_reduction_plan(op, index: int) -> Plan | None:
     loop_sizes = _loop_sizes(op, rank)
     if loop_sizes is None:
         return None
-    rk = _largest_divisor(loop_sizes[-1], REDUCTION_TILES)
+    rk = _largest_divisor(loop_sizes[-1], cpu_isa.host().reduction_tiles)
     if rk == 1:
         return None
     tiles = [1] * (rank - 1) + [rk]
@@ -274,7 +275,8 @@ def _transpose_plan(op, index: int) -> Plan | None:
     shape = _static_shape(operands[1].type)
     if shape is None:
         return None
-    tiles = [1] * (rank - 2) + [_largest_divisor(d, TRANSPOSE_TILES) for d in shape[-2:]]
+    edges = cpu_isa.host().transpose_tiles
+    tiles = [1] * (rank - 2) + [_largest_divisor(d, edges) for d in shape[-2:]]
     if 1 in tiles[-2:]:
         return None
     handles = ", ".join(["!transform.any_op"] * (rank + 1))
@@ -328,7 +330,7 @@ _FINISH = """
       transform.apply_patterns.vector.lower_contraction lowering_strategy = "outerproduct"
       transform.apply_patterns.vector.lower_outerproduct
       transform.apply_patterns.vector.lower_multi_reduction lowering_strategy = "innerreduction"
-      transform.apply_patterns.vector.lower_transpose lowering_strategy = "shuffle_16x16"
+      transform.apply_patterns.vector.lower_transpose {transpose_lowering}
       transform.apply_patterns.vector.cast_away_vector_leading_one_dim
       transform.apply_patterns.vector.transfer_permutation_patterns
       transform.apply_patterns.vector.lower_transfer max_transfer_rank = 1
@@ -377,7 +379,9 @@ def build_script(module) -> str | None:
     return ("module attributes {transform.with_named_sequence} {\n"
             "  transform.named_sequence @__transform_main("
             "%root: !transform.any_op {transform.readonly}) {\n"
-            + "".join(body) + _FINISH + "    transform.yield\n  }\n}\n")
+            + "".join(body) + _FINISH.replace("{transpose_lowering}",
+                                              cpu_isa.host().transpose_lowering)
+            + "    transform.yield\n  }\n}\n")
 
 
 def _strip_tags(module) -> None:

@@ -23,6 +23,14 @@ a block-sized buffer, and workgroup memory is a buffer per block (address spaces
 dropped: the CPU has one). Barriers inside control flow and private memory attributions
 are rejected (no generated kernel has them yet).
 
+A top-level `gpu.shuffle` (the row reductions' warp butterflies, gpu_warp_reduce.py)
+becomes a store of each thread's value into a block-sized workgroup buffer, a barrier,
+and a load of the source lane's slot (its warp's base + the PTX `shfl.sync` source lane
+for width 32; `valid` as PTX, an invalid lane reads its own value): the barrier's phase
+boundary is the exchange. Consecutive shuffles alternate between two buffers per type,
+as one's loads share a phase with the next one's stores. Shuffles inside control flow,
+widths other than 32 and blocks that are not whole warps are rejected.
+
 Warp-level matrix ops (`gpu.subgroup_mma_*`, the tensor-core matmul of gpu_mma.py)
 have no per-thread meaning: a fragment is spread over the 32 lanes of a warp in a
 layout PTX leaves unspecified, and every lane must execute the op together. Every lane
@@ -136,6 +144,7 @@ def _kernel_to_func(kernel, module: ir.Module, prefix: str = "") -> tuple[str, l
     name = ir.StringAttr(kernel.attributes["sym_name"]).value
     unroll_barrier_loops(kernel)  # tiled matmul: its k loop holds the barriers
     _lower_warp_matrices(kernel, name)  # tensor-core matmul: per-warp fragment buffers
+    _lower_shuffles(kernel, name)  # warp shuffles: per-thread buffer + barrier
     ftype = ir.FunctionType(ir.TypeAttr(kernel.attributes["function_type"]).value)
     inputs = list(ftype.inputs)
     region = kernel.regions[0]
@@ -289,11 +298,7 @@ def _lower_warp_matrices(kernel, name: str) -> None:
                 if pool:
                     buffers[result] = pool.pop()
                 else:
-                    buffers[result] = body.add_argument(buf_type, kernel.location)
-                    count = ir.IntegerAttr(kernel.attributes["workgroup_attributions"]).value \
-                        if "workgroup_attributions" in kernel.attributes else 0
-                    kernel.attributes["workgroup_attributions"] = ir.IntegerAttr.get(
-                        ir.IntegerType.get_signless(64), count + 1)
+                    buffers[result] = _add_workgroup_buffer(kernel, buf_type)
         with ir.InsertionPoint(op), op.location:
             _emulate_fragment_op(op, buffers, index, reject)
         for v in op.operands:
@@ -386,6 +391,107 @@ def _emulate_fragment_op(op, buffers, index, reject) -> None:
 
             loops([rows, cols], element)
         scf.YieldOp([])
+
+
+def _add_workgroup_buffer(kernel, buf_type: ir.Type) -> ir.Value:
+    """A new workgroup attribution of `buf_type` on gpu.func `kernel`."""
+    body = kernel.regions[0].blocks[0]
+    count = (ir.IntegerAttr(kernel.attributes["workgroup_attributions"]).value
+             if "workgroup_attributions" in kernel.attributes else 0)
+    kernel.attributes["workgroup_attributions"] = ir.IntegerAttr.get(
+        ir.IntegerType.get_signless(64), count + 1)
+    return body.add_argument(buf_type, kernel.location)
+
+
+def _lower_shuffles(kernel, name: str) -> None:
+    """Replace every `gpu.shuffle` of `kernel` by a store of the value into a per-thread
+    slot of a block-sized buffer, a barrier, and a load of the source lane's slot.
+
+    The barrier becomes a phase boundary (loop fission): every thread has stored before
+    any reads, as the lanes of a warp exchange registers in one step on the GPU. It is
+    only equivalent when every thread of the block reaches the shuffle, so shuffles must
+    be top-level (as barriers must), with width 32 (the whole warp; MLIR's NVVM lowering
+    then uses the full lane mask), in a block of whole warps (`known_block_size`). The
+    source lane and `valid` follow PTX `shfl.sync` with c = 31 (width 32): xor
+    j = lane ^ off, down j = lane + off (valid j <= 31), up j = lane - off (valid
+    j >= 0), idx j = off & 31 (always valid); an invalid lane reads its own value.
+    Consecutive shuffles alternate between two buffers per type: the loads of one share
+    a phase with the stores of the next."""
+    found = []
+
+    def visit(o):
+        if o.name == "gpu.shuffle":
+            found.append(o)
+        return ir.WalkResult.ADVANCE
+
+    kernel.operation.walk(visit)
+    if not found:
+        return
+
+    def reject(why):
+        raise GpuLoweringError(f"emulator: kernel @{name}: {why}")
+
+    for o in found:
+        if o.parent != kernel.operation:
+            reject("'gpu.shuffle' inside control flow (only top-level shuffles are "
+                   "supported, like barriers)")
+        width = o.operands[2].owner
+        width = getattr(width, "operation", width)
+        if not (isinstance(width, ir.Operation) and width.name == "arith.constant"
+                and ir.IntegerAttr(width.attributes["value"]).value == 32):
+            reject("'gpu.shuffle' with a width other than the constant 32")
+    if "known_block_size" not in kernel.attributes:
+        reject("'gpu.shuffle' needs a known block size (per-thread shuffle buffers)")
+    threads = 1
+    for d in ir.DenseI32ArrayAttr(kernel.attributes["known_block_size"]):
+        threads *= d
+    if threads % 32:
+        reject(f"'gpu.shuffle' in a block of {threads} threads (not whole warps)")
+    index = ir.IndexType.get()
+    i32 = ir.IntegerType.get_signless(32)
+    buffers = {}  # str(type) -> [two buffers, next one to use]
+    for o in found:
+        value, offset = o.operands[0], o.operands[1]
+        key = str(value.type)
+        if key not in buffers:
+            buf_type = ir.MemRefType.get([threads], value.type)
+            buffers[key] = [[_add_workgroup_buffer(kernel, buf_type) for _ in range(2)], 0]
+        pair, turn = buffers[key]
+        buf = pair[turn]
+        buffers[key][1] = 1 - turn
+        mode = str(o.attributes["mode"]).rstrip(">").split()[-1].split("<")[-1]
+        with ir.InsertionPoint(o), o.location:
+            tid = [gpu.ThreadIdOp(gpu.Dimension(d)).result for d in range(3)]
+            dim = [gpu.BlockDimOp(gpu.Dimension(d)).result for d in range(2)]
+            lin = arith.AddIOp(arith.MulIOp(arith.AddIOp(arith.MulIOp(
+                tid[2], dim[1]).result, tid[1]).result, dim[0]).result, tid[0]).result
+            memref.StoreOp(value, buf, [lin])
+            gpu.BarrierOp()
+            c32 = arith.ConstantOp(index, 32).result
+            lane = arith.RemUIOp(lin, c32).result
+            base = arith.SubIOp(lin, lane).result
+            lane32 = arith.IndexCastUIOp(i32, lane).result
+            c31 = arith.ConstantOp(i32, 31).result
+            if mode == "xor":
+                src = arith.XOrIOp(lane32, offset).result
+                valid = arith.CmpIOp(arith.CmpIPredicate.ule, src, c31).result
+            elif mode == "down":
+                src = arith.AddIOp(lane32, offset).result
+                valid = arith.CmpIOp(arith.CmpIPredicate.ule, src, c31).result
+            elif mode == "up":
+                src = arith.SubIOp(lane32, offset).result
+                valid = arith.CmpIOp(arith.CmpIPredicate.ule, offset, lane32).result
+            elif mode == "idx":
+                src = arith.AndIOp(offset, c31).result
+                valid = arith.ConstantOp(ir.IntegerType.get_signless(1), 1).result
+            else:
+                reject(f"'gpu.shuffle' mode {mode}")
+            src = arith.SelectOp(valid, src, lane32).result
+            slot = arith.AddIOp(base, arith.IndexCastUIOp(index, src).result).result
+            moved = memref.LoadOp(buf, [slot]).result
+        o.results[0].replace_all_uses_with(moved)
+        o.results[1].replace_all_uses_with(valid)
+        o.erase()
 
 
 def _keep_values_per_thread(nests, block_dim, threads) -> None:

@@ -14,10 +14,12 @@ thread. The ops run in program order inside the kernel:
   scalar (an earlier reduction's result, in a register of every thread), a per-column
   vector (weights: loaded) or a first load of a global row, and stores them to global
   memory only if the buffer is used after the run (a graph output, say);
-* a row reduction folds its n values in a register, combines the block's partials in
-  shared memory (tree with top-level `gpu.barrier`s, its own buffer), then every thread
-  reads the total and combines the initial value (the constant fill); thread 0 stores
-  it if the buffer is used after the run.
+* a row reduction folds its n values in a register, combines the block's partials
+  with warp shuffles (gpu_warp_reduce.block_allreduce: a xor butterfly per warp, one
+  top-level `gpu.barrier` and one shared word per warp in its own buffer, the warp
+  partials combined by shuffles in every warp), so every thread holds the total; it
+  combines the initial value (the constant fill), and thread 0 stores it if the buffer
+  is used after the run.
 
 Each input row is read from global memory once and each output written once.
 Intermediate buffers used only inside the run are never written, and their
@@ -26,7 +28,8 @@ allocations, views and deallocations are erased.
 A run is fused only when every operand is contiguous row-major and reached through
 shape views only (so the same (row, column) is the same element for every op), every
 generic has the same row count and row length (32 <= length <= MAX_PER_THREAD * 1024),
-and the run has at least one reduction and two generics. Anything else ends the run.
+every reduction's value can be shuffled (int/float of at most 64 bits), and the run has
+at least one reduction and two generics. Anything else ends the run.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from mlir import ir
 from mlir.dialects import affine, arith, gpu, memref, scf
 
 from .gpu_reductions import _cidx, _extents, _match, clone_body
+from .gpu_warp_reduce import block_allreduce, partials_needed, shuffleable
 
 MAX_PER_THREAD = 8
 MAX_THREADS = 1024
@@ -131,8 +135,8 @@ def _classify(op) -> _Op | None:
     if red != [len(iters) - 1] or roles[-1] != "row":
         return None
     matched = _match(op)
-    if matched is None:
-        return None
+    if matched is None or not shuffleable(matched[1].type):
+        return None  # the block reduction moves values between lanes by warp shuffles
     return _Op(op, "reduce", extents, roles, matched)
 
 
@@ -472,20 +476,7 @@ class _Emitter:
             else:
                 value = self._value(g, j, skip=comb)[e]
                 acc = value if acc is None else combine(acc, value)
-        memref.StoreOp(acc, smem, [self.tid])
-        gpu.BarrierOp()
-        step = self.T // 2
-        while step >= 1:
-            active = arith.CmpIOp(arith.CmpIPredicate.ult, self.tid, _cidx(step)).result
-            branch = scf.IfOp(active)
-            with ir.InsertionPoint(branch.then_block):
-                mine = memref.LoadOp(smem, [self.tid]).result
-                other = memref.LoadOp(smem, [arith.AddIOp(self.tid, _cidx(step)).result]).result
-                memref.StoreOp(combine(mine, other), smem, [self.tid])
-                scf.YieldOp([])
-            gpu.BarrierOp()
-            step //= 2
-        total = memref.LoadOp(smem, [_cidx(0)]).result
+        total = block_allreduce(acc, combine, self.tid, self.T, smem)
         if root in self.init:
             init = self.init.pop(root)
         elif root in self.scal:  # an earlier reduction of the run wrote it
@@ -525,8 +516,10 @@ def _fuse(items) -> None:
     last = generics[-1].op
     index = ir.IndexType.get()
     workgroup = ir.Attribute.parse("#gpu.address_space<workgroup>")
-    smem_types = [ir.MemRefType.get([threads], g.matched[1].type, memory_space=workgroup)
-                  for g in generics if g.kind == "reduce"]
+    # Per reduction: one partial per warp (none for a single warp).
+    partials = partials_needed(threads)
+    smem_types = [ir.MemRefType.get([partials], g.matched[1].type, memory_space=workgroup)
+                  for g in generics if g.kind == "reduce"] if partials else []
     with ir.InsertionPoint(last), last.location:
         one = _cidx(1)
         launch = gpu.LaunchOp.__mro__[1](None, [], _cidx(rows), one, one, _cidx(threads),
@@ -535,8 +528,8 @@ def _fuse(items) -> None:
             ir.IntegerType.get_signless(64), len(smem_types))
         body = launch.regions[0].blocks.append(*([index] * 12), *smem_types)
     with ir.InsertionPoint(body), last.location:
-        emitter = _Emitter(items, threads, per_thread, rows, row_len,
-                           list(body.arguments)[12:], absorbed)
+        smems = list(body.arguments)[12:] or [None] * len(generics)
+        emitter = _Emitter(items, threads, per_thread, rows, row_len, smems, absorbed)
         emitter.run(body.arguments[0], body.arguments[3])
         gpu.TerminatorOp()
     roots = {_root(it[1].op.outputs[0]) for it in items if it[0] == "generic"}

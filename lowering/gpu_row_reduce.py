@@ -1,4 +1,4 @@
-"""Row reductions as one block per row (or per row slice): registers, then shared memory.
+"""Row reductions as one block per row (or per row slice): registers, then warp shuffles.
 
 A `linalg.generic` reduction whose innermost (contiguous) input dim is reduced,
 
@@ -9,14 +9,21 @@ layer_norm, full reductions) becomes a `gpu.launch` built here, before the
 `convert-linalg-to-parallel-loops` route of gpu_pipeline:
 
     grid  = |P| * G blocks (G blocks share one row when there are too few rows),
-    block = T threads (a power of two, <= 256, <= |R| / G),
-    workgroup memory: T accumulators.
+    block = T threads (a power of two, 32 <= T <= 256, <= |R| / G),
+    workgroup memory: T/32 partials (one per warp; none when T = 32).
 
     acc = f(ins[p, g*T + t])                                (every thread has one)
     for r = (g + G)*T + t; r < |R|; r += G*T: acc = comb(acc, f(ins[p, r]))
-    smem[t] = acc; barrier
-    for s = T/2 .. 1: (if t < s: smem[t] = comb(smem[t], smem[t+s])); barrier
-    t == 0: out[p] = comb(out[p], smem[0])      (G > 1: one atomic per block)
+    total = block_allreduce(acc)      (gpu_warp_reduce.py: xor-shuffle butterfly per
+                                       warp, lane 0 -> smem[warp], one barrier, the
+                                       T/32 partials combined by shuffles)
+    t == 0: out[p] = comb(out[p], total)        (G > 1: one atomic per block)
+
+Rows shorter than 64 elements get T = 32, one warp, and are packed min(8, |P|) rows to a
+block (warp w of block b owns row 8b + w; t above is then the lane), since blocks of 32
+threads would cap an SM at 32 blocks, half its 2048 threads. The last block's spare warps
+(|P| not a multiple of 8) reduce the last row again and store nothing, so the loads and
+shuffles need no guard.
 
 Consecutive threads read consecutive elements (coalesced), each thread accumulates in a
 register, and global memory is written once per block. No identity value is needed:
@@ -27,10 +34,12 @@ element is written once, the output is never read). When the row length is a mul
 of G*T the per-thread loop has a constant trip count, which LLVM unrolls (all loads of
 a thread in flight).
 
-The tree uses shared memory and top-level `gpu.barrier`s rather than warp shuffles: the
-emulator driver (lowering/gpu_emulator.py) runs barriers by loop fission but has no
-cross-thread shuffle, and every kernel must run there. Combiners without an atomic
-(mulf/muli) always use G = 1.
+The block combines in registers with warp shuffles and one barrier (log2(T) + 1
+barriers and T words of shared memory with a shared-memory tree). The emulator driver
+(lowering/gpu_emulator.py) runs each top-level `gpu.shuffle` as a phase boundary, like
+a barrier, so the shuffles are emitted outside any `scf.if`. Accumulation types are
+unchanged (64-bit and 16-bit values move as 32-bit shuffles of their bits). Combiners
+without an atomic (mulf/muli) always use G = 1.
 """
 
 from __future__ import annotations
@@ -49,6 +58,7 @@ from .gpu_reductions import (
     _match,
     _walk,
 )
+from .gpu_warp_reduce import WARP, block_allreduce, partials_needed
 
 # Largest block; a power of two (the tree halves it).
 MAX_THREADS = 256
@@ -165,6 +175,8 @@ def _rewrite(op, comb, e, extents: list[int], npar: int) -> None:
     kept, total_r = math.prod(par_ext), math.prod(red_ext)
     kind = ATOMIC_KINDS[comb.name]
     threads, per_row = plan_shape(kept, total_r, kind)
+    # Rows of one warp: several rows per block, one per warp (see the module docstring).
+    rows_per_block = min(MAX_THREADS // WARP, kept) if threads == WARP and per_row == 1 else 1
     # One block per row writes every output element once: a constant fill right before
     # is folded into the combine (no read of the output, no fill launch).
     fill = _fill_before(op) if per_row == 1 else None
@@ -172,15 +184,19 @@ def _rewrite(op, comb, e, extents: list[int], npar: int) -> None:
     acc_type = e.type
     index = ir.IndexType.get()
     workgroup = ir.Attribute.parse("#gpu.address_space<workgroup>")
-    smem_type = ir.MemRefType.get([threads], acc_type, memory_space=workgroup)
+    partials = partials_needed(threads)  # one per warp; none for a single warp
+    smem_types = [ir.MemRefType.get([partials], acc_type, memory_space=workgroup)
+                  ] if partials else []
     with ir.InsertionPoint(op), op.location:
         one = _cidx(1)
-        launch = gpu.LaunchOp.__mro__[1](None, [], _cidx(kept * per_row), one, one,
-                                         _cidx(threads), one, one)
+        grid = -(-kept // rows_per_block) * per_row
+        launch = gpu.LaunchOp.__mro__[1](None, [], _cidx(grid), one, one,
+                                         _cidx(threads * rows_per_block), one, one)
         launch.attributes["workgroup_attributions"] = ir.IntegerAttr.get(
-            ir.IntegerType.get_signless(64), 1)
-        body = launch.regions[0].blocks.append(*([index] * 12), smem_type)
-    block_x, tid, smem = body.arguments[0], body.arguments[3], body.arguments[12]
+            ir.IntegerType.get_signless(64), len(smem_types))
+        body = launch.regions[0].blocks.append(*([index] * 12), *smem_types)
+    block_x, tid = body.arguments[0], body.arguments[3]
+    smem = body.arguments[12] if partials else None
 
     def combine(a, b):
         new = comb.clone()
@@ -188,9 +204,19 @@ def _rewrite(op, comb, e, extents: list[int], npar: int) -> None:
         return new.results[0]
 
     with ir.InsertionPoint(body), op.location:
+        owner = None  # whether this warp's row exists (packed rows, last block)
         if per_row > 1:
             row = arith.DivUIOp(block_x, _cidx(per_row)).result
             part = arith.RemUIOp(block_x, _cidx(per_row)).result
+        elif rows_per_block > 1:
+            slot = arith.AddIOp(arith.MulIOp(block_x, _cidx(rows_per_block)).result,
+                                arith.DivUIOp(tid, _cidx(WARP)).result).result
+            # The last block's spare warps reduce the last row again (no guard around
+            # the loads and shuffles, which must stay top-level) and store nothing.
+            row, part = arith.MinUIOp(slot, _cidx(kept - 1)).result, None
+            if kept % rows_per_block:
+                owner = arith.CmpIOp(arith.CmpIPredicate.ult, slot, _cidx(kept)).result
+            tid = arith.RemUIOp(tid, _cidx(WARP)).result  # the lane: thread of its row
         else:
             row, part = block_x, None
         pivs = _delinearize(row, par_ext) if npar else []
@@ -217,24 +243,12 @@ def _rewrite(op, comb, e, extents: list[int], npar: int) -> None:
             with ir.InsertionPoint(loop.body):
                 scf.YieldOp([combine(loop.inner_iter_args[0],
                                      value_at(loop.induction_variable))])
-        memref.StoreOp(loop.results[0], smem, [tid])
-        gpu.BarrierOp()
-        step = threads // 2
-        while step >= 1:
-            active = arith.CmpIOp(arith.CmpIPredicate.ult, tid, _cidx(step)).result
-            branch = scf.IfOp(active)
-            with ir.InsertionPoint(branch.then_block):
-                mine = memref.LoadOp(smem, [tid]).result
-                other = memref.LoadOp(
-                    smem, [arith.AddIOp(tid, _cidx(step)).result]).result
-                memref.StoreOp(combine(mine, other), smem, [tid])
-                scf.YieldOp([])
-            gpu.BarrierOp()
-            step //= 2
+        total = block_allreduce(loop.results[0], combine, tid, threads, smem)
         leader = arith.CmpIOp(arith.CmpIPredicate.eq, tid, _cidx(0)).result
+        if owner is not None:
+            leader = arith.AndIOp(leader, owner).result
         branch = scf.IfOp(leader)
         with ir.InsertionPoint(branch.then_block):
-            total = memref.LoadOp(smem, [_cidx(0)]).result
             out_idx = [affine.AffineApplyOp(ir.AffineMap.get(npar, 0, [x]), pivs).result
                        for x in maps[-1].results]
             if per_row > 1:

@@ -22,6 +22,7 @@ dominate).
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -135,18 +136,33 @@ def detect_stage(text: str) -> str:
     return "bufferized"  # memref code with no linalg left: resume at the next stage
 
 
-@dataclass
 class StageRecord:
-    name: str
-    ext: str
-    text: str
-    seconds: float
+    """One stage's output module, printed (with its stage marker) when first asked for:
+    the last stage's text is often never needed (the cpu target translates its LLVM
+    dialect module in-process; the GPT backward graph's is 2.3 MB, ~0.45 s to print)."""
+
+    def __init__(self, name: str, ext: str, module, seconds: float):
+        self.name, self.ext, self.module, self.seconds = name, ext, module, seconds
+
+    @functools.cached_property
+    def text(self) -> str:
+        return marked(self.name, print_module(self.module))
 
 
-@dataclass
 class Result:
-    text: str                 # output of the last stage run
-    stage: str                # its name
+    """The output of the last stage run: `text`, `stage` (its name) and, when a stage
+    ran, `module` (its MLIR module, not to be modified: `text` prints it lazily)."""
+
+    def __init__(self, text: str, stage: str):
+        self._text, self.stage, self.record = text, stage, None
+
+    @property
+    def text(self) -> str:
+        return self._text if self.record is None else self.record.text
+
+    @property
+    def module(self):
+        return None if self.record is None else self.record.module
 
 
 def run_stages(text: str, options: Options, *, start: str | None = None, stop: str | None = None,
@@ -173,7 +189,7 @@ def run_stages(text: str, options: Options, *, start: str | None = None, stop: s
     for name in names[first:last + 1]:
         if on_start is not None:
             on_start(name)
-        result.text = _run_one(stage(name), result.text, options, on_stage)
+        result.record = _run_one(stage(name), result.text, options, on_stage)
         result.stage = name
     return result
 
@@ -185,7 +201,7 @@ def run_stages(text: str, options: Options, *, start: str | None = None, stop: s
 _COMPILER_ERRORS = {"torch": (PipelineFailure, NotImplementedError)}
 
 
-def _run_one(st: Stage, text: str, options: Options, on_stage) -> str:
+def _run_one(st: Stage, text: str, options: Options, on_stage) -> StageRecord:
     began = time.perf_counter()
     try:
         module = st.run(text, options)
@@ -194,11 +210,10 @@ def _run_one(st: Stage, text: str, options: Options, on_stage) -> str:
     problem = contracts.check_contract(st.name, module.operation)
     if problem:
         raise _failure(st, text, options, problem)
-    out = marked(st.name, print_module(module))
-    record = StageRecord(st.name, st.ext, out, time.perf_counter() - began)
+    record = StageRecord(st.name, st.ext, module, time.perf_counter() - began)
     if on_stage is not None:
         on_stage(record)
-    return out
+    return record
 
 
 def _failure(st: Stage, text: str, options: Options, detail: str) -> LoweringError:

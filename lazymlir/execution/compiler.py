@@ -76,7 +76,9 @@ def compile_graph(fx_text: str, key: str, options: CompileOptions, out_dir: str,
 
     def on_stage(record: stages.StageRecord) -> None:
         timings[record.name] = record.seconds
-        dumps.write(f"{names.index(record.name):02d}-{record.name}.{record.ext}", record.text)
+        if dumps.folder is not None:  # (printing the last stage costs: only when dumping)
+            dumps.write(f"{names.index(record.name):02d}-{record.name}.{record.ext}",
+                        record.text)
         if record.name == "gpu" and options.kernel_images != "native":
             kept["gpu"] = record.text
 
@@ -89,7 +91,7 @@ def compile_graph(fx_text: str, key: str, options: CompileOptions, out_dir: str,
         on_start("package")
     package_began = time.perf_counter()
     try:
-        artifacts.package(options.target, result.text, Path(out_dir),
+        artifacts.package(options.target, result, Path(out_dir),
                           emulator_source=kept.get("gpu"),
                           emulator_verify=options.kernel_images == "emulator-verify")
     except LoweringError as error:

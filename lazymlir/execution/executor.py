@@ -147,6 +147,23 @@ def compile_ahead(graph: dict, key: str) -> None:
             _compile_and_store, pool, payload, _disk(current), entry, text))
 
 
+def compile_pending(key: str) -> bool:
+    """Whether the compile of `key` started ahead (compile_ahead) is still running."""
+    current = session.current()
+    ahead = current.compiles_ahead.get(_plan_key(current, key))
+    return ahead is not None and not ahead[1].done()
+
+
+def wait_for_compiles() -> None:
+    """Block until every compile started ahead has ended. A failed one is not raised
+    here: its graph's next run reports it (or falls back), as without waiting."""
+    current = session.current()
+    with current.lock:
+        futures = [future for _, future in current.compiles_ahead.values()]
+    for future in futures:
+        future.exception()  # waits; the outcome stays in the future
+
+
 def _compile_and_store(pool, payload: dict, disk, entry, text: str) -> dict:
     """A compile started ahead, stored in the disk cache as soon as it is done: a graph
     that never runs in this process (a backward at exit) is not compiled again by the next."""
@@ -249,8 +266,10 @@ def _compile(current, target, text: str, key: str) -> tuple[Path, bool]:
         result = _worker_request(current, "compile", payload)
     for message in result["warnings"]:
         warnings.warn(f"lazymlir: {message}", stacklevel=6)
-    log.debug("compiled graph %s for %s in %.1f ms", key, target.name,
-              1e3 * result["timings"]["total"])
+    timings = result["timings"]
+    log.debug("compiled graph %s for %s in %.1f ms (%s)", key, target.name,
+              1e3 * timings["total"],
+              ", ".join(f"{k} {1e3 * v:.0f}" for k, v in timings.items() if k != "total"))
     return Path(payload["out_dir"]), ahead is not None
 
 

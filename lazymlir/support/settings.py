@@ -43,6 +43,9 @@ class Settings:
     # it imports torch again) instead of forking this process
     compile_worker_fork: bool = True
     compile_timeout: int = 900    # LAZYMLIR_COMPILE_TIMEOUT: seconds before a compile is abandoned
+    # LAZYMLIR_EAGER_WHILE_COMPILING: torch.compile graphs whose compile is still running
+    # run eagerly (counted as EagerWhileCompiling) instead of waiting for it
+    eager_while_compiling: bool = False
     bounds_checks: bool = True    # LAZYMLIR_BOUNDS_CHECKS: 0 drops the index/zero-divisor checks
     debug: bool = False           # LAZYMLIR_DEBUG: log each compile's cause and each fallback
     # LAZYMLIR_CUDA_DRIVER: what the cuda target runs on: real (libcuda.so.1), emulator
@@ -68,6 +71,7 @@ _ENV = {
     "compile_workers": "LAZYMLIR_COMPILE_WORKERS",
     "compile_worker_fork": "LAZYMLIR_COMPILE_WORKER_FORK",
     "compile_timeout": "LAZYMLIR_COMPILE_TIMEOUT",
+    "eager_while_compiling": "LAZYMLIR_EAGER_WHILE_COMPILING",
     "bounds_checks": "LAZYMLIR_BOUNDS_CHECKS",
     "debug": "LAZYMLIR_DEBUG",
     "cuda_driver": "LAZYMLIR_CUDA_DRIVER",

@@ -21,7 +21,8 @@ from pathlib import Path
 import torch
 
 from .. import session
-from . import cpu_alloc, cpu_threads
+from ..support import host_isa
+from . import cpu_alloc, cpu_builtins, cpu_threads
 from . import dlpack_abi
 from .base import Executable, OutputMetas, Target
 
@@ -52,6 +53,13 @@ def _allocator() -> ctypes.CDLL:
     lib.lazymlir_cpu_alloc_stats.restype = None
     lib.lazymlir_cpu_alloc_trim.restype = None
     return lib
+
+
+@cache
+def _builtins() -> ctypes.CDLL:
+    """targets/cpu_builtins.py's compiler runtime functions (`__truncsfbf2`), loaded once
+    per process with RTLD_GLOBAL before any graph that may call them."""
+    return ctypes.CDLL(str(_runtime_library(cpu_builtins.build)), mode=ctypes.RTLD_GLOBAL)
 
 
 @cache
@@ -123,7 +131,8 @@ class CpuExecutable(Executable):
         self.so_path = Path(so_path)
         self.output_metas = output_metas
         _allocator()  # defines the buffer functions the graph calls...
-        _threads()  # ...and the OpenMP entry points of its parallel loops
+        _threads()  # ...the OpenMP entry points of its parallel loops...
+        _builtins()  # ...and the compiler runtime functions the system may lack
         self._lib = ctypes.CDLL(str(self.so_path))
         self._entry = self._lib._mlir_ciface_main
         self._entry.restype = None
@@ -179,7 +188,9 @@ class CpuTarget(Target):
         return temporaries_stats()
 
     def fingerprint(self) -> str:
-        return f"cpu-{_host_cpu()}"
+        # The schedule's tile sizes follow the vector ISA, which LAZYMLIR_CPU_VECTOR_ISA
+        # may override: another choice is another artifact.
+        return f"cpu-{_host_cpu()}-{host_isa.vector_isa()}"
 
     def upload(self, cpu: torch.Tensor) -> torch.Tensor:
         return _copy_on_write(cpu.contiguous())

@@ -192,6 +192,13 @@ class CudaRuntime:
                library: str | None = None, emulator: bool = False) -> CudaRuntime:
         """`fake`: the fake driver; `emulator`: the emulator driver; else libcuda.so.1."""
         lib = load_library(library)
+        if emulator:
+            # Emulator images are CPU code built like the cpu target's graphs: they may
+            # call compiler runtime functions the system lacks (__truncsfbf2), which the
+            # cpu target's builtins library defines for every later dlopen.
+            from .cpu import _builtins
+
+            _builtins()
         h = _vp()
         kind = 2 if emulator else int(bool(fake))
         _check(lib.lzrt_runtime_create(kind, ordinal, ctypes.byref(h)))

@@ -40,6 +40,27 @@ CASES = {
                          lambda: (torch.randn(20, 96),), "randn"),
     "rms_norm": (lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w,
                  lambda: (torch.randn(24, 256), torch.randn(256)), "randn"),
+    # Warp shuffles (gpu_warp_reduce.py). Rows of 40: one warp per row, no barrier.
+    "row_sum_warp": (lambda x: x.sum(-1), lambda: (torch.randn(50, 40),), "randn"),
+    "softmax_warp": (lambda x: torch.softmax(x, dim=-1), lambda: (torch.randn(30, 45),),
+                     "randn"),
+    # Rows shorter than a warp: one thread per row (no shuffle).
+    "row_sum_short": (lambda x: x.sum(-1), lambda: (torch.randn(70, 9),), "randn"),
+    # NaN in every third row, at a different lane each: max and min propagate it
+    # through the butterfly, other rows are unaffected.
+    "row_max_min_nan": (lambda x: (x.amax(-1), x.amin(-1)), lambda: (torch.randn(40, 300),),
+                        "with_nan"),
+    # 64-bit values move as two 32-bit shuffles; split rows (4 blocks per row) combine
+    # with an f64 atomic.
+    "row_sum_f64_split": (lambda x: x.sum(-1),
+                          lambda: (torch.randn(4, 5000, dtype=torch.float64),), "randn"),
+    # 16-bit values move as the low half of a 32-bit shuffle.
+    "row_max_min_f16": (lambda x: (x.amax(-1), x.amin(-1)),
+                        lambda: (torch.randn(20, 300, dtype=torch.float16),), "with_nan"),
+    "row_sum_i32": (lambda x: x.sum(-1, dtype=torch.int32),
+                    lambda: (torch.randint(0, 4, (9, 200), dtype=torch.int32),), "randn"),
+    "log_softmax_f64": (lambda x: torch.log_softmax(x, dim=-1),
+                        lambda: (torch.randn(24, 100, dtype=torch.float64),), "randn"),
     # Tiled matmuls (M, N >= 32): edge tiles, a K tail (45 = 5 x 8 + 5), batch, and
     # transposed operands (x @ w.t(), x.t() @ y) read through their indexing maps.
     "matmul_tiled": (lambda a, b: a @ b, lambda: (torch.randn(70, 45), torch.randn(45, 150)),

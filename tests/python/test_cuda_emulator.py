@@ -85,6 +85,10 @@ def _inputs(graph: dict, how: str, seed: int) -> tuple[list, list]:
         dtype = fx_graph.dtype_from_name(meta["dtype"])
         if dtype.is_floating_point:
             t = torch.randn(meta["shape"], generator=gen, dtype=dtype)
+            if how == "with_nan":  # a NaN in every third row, at a different column each
+                rows = t.view(-1, t.shape[-1])
+                for r in range(0, rows.shape[0], 3):
+                    rows[r, (r * 7) % rows.shape[1]] = float("nan")
             tensors.append(1 + 0.01 * t if how == "near_one" else t)
         elif dtype == torch.bool:
             tensors.append(torch.randint(0, 2, meta["shape"], generator=gen).to(torch.uint8))
@@ -326,6 +330,117 @@ def test_barriers_and_workgroup_memory(runtime):
     runtime.copy_out(xs, squares)
     torch.testing.assert_close(sums, x.view(4, 64).sum(1), rtol=1e-5, atol=1e-5)
     assert torch.equal(squares, x * x)
+
+
+SHUFFLES = """
+module attributes {gpu.container_module} {
+  gpu.module @shuffles {
+    gpu.func @shuffles(%x: memref<128xi32>, %out: memref<6x128xi32>, %ok: memref<4x128xi32>)
+        kernel attributes {known_block_size = array<i32: 64, 1, 1>} {
+      %c0 = arith.constant 0 : index
+      %c1 = arith.constant 1 : index
+      %c2 = arith.constant 2 : index
+      %c3 = arith.constant 3 : index
+      %c4 = arith.constant 4 : index
+      %c5 = arith.constant 5 : index
+      %c64 = arith.constant 64 : index
+      %i1 = arith.constant 1 : i32
+      %i2 = arith.constant 2 : i32
+      %i3 = arith.constant 3 : i32
+      %i5 = arith.constant 5 : i32
+      %i16 = arith.constant 16 : i32
+      %i39 = arith.constant 39 : i32
+      %w = arith.constant 32 : i32
+      %b = gpu.block_id x
+      %t = gpu.thread_id x
+      %base = arith.muli %b, %c64 : index
+      %i = arith.addi %base, %t : index
+      %v = memref.load %x[%i] : memref<128xi32>
+      %a, %av = gpu.shuffle xor %v, %i5, %w : i32
+      %d, %dv = gpu.shuffle down %v, %i3, %w : i32
+      %u, %uv = gpu.shuffle up %v, %i2, %w : i32
+      %n, %nv = gpu.shuffle idx %v, %i39, %w : i32
+      %e, %ev = gpu.shuffle xor %a, %i16, %w : i32
+      %f, %fv = gpu.shuffle xor %e, %i1, %w : i32
+      memref.store %a, %out[%c0, %i] : memref<6x128xi32>
+      memref.store %d, %out[%c1, %i] : memref<6x128xi32>
+      memref.store %u, %out[%c2, %i] : memref<6x128xi32>
+      memref.store %n, %out[%c3, %i] : memref<6x128xi32>
+      memref.store %e, %out[%c4, %i] : memref<6x128xi32>
+      memref.store %f, %out[%c5, %i] : memref<6x128xi32>
+      %av32 = arith.extui %av : i1 to i32
+      %dv32 = arith.extui %dv : i1 to i32
+      %uv32 = arith.extui %uv : i1 to i32
+      %nv32 = arith.extui %nv : i1 to i32
+      memref.store %av32, %ok[%c0, %i] : memref<4x128xi32>
+      memref.store %dv32, %ok[%c1, %i] : memref<4x128xi32>
+      memref.store %uv32, %ok[%c2, %i] : memref<4x128xi32>
+      memref.store %nv32, %ok[%c3, %i] : memref<4x128xi32>
+      gpu.return
+    }
+  }
+}
+"""
+
+
+def test_warp_shuffles(runtime):
+    """gpu.shuffle on the emulator: a phase boundary of the thread loops; each lane reads
+    its partner within its warp (2 blocks of 2 warps), `valid` as PTX shfl.sync with
+    width 32 (an invalid lane keeps its own value); chained shuffles (e, f) read the
+    previous shuffle's results."""
+    images = gpu_emulator.emulator_images_from_text(SHUFFLES)
+    plan = ("lazymlir-plan 1\nbuffers 3\narg 0 0\narg 1 1\narg 2 2\n"
+            "launch 0 shuffles 2 1 1 64 1 1 0 3 p0 p1 p2\n")
+    exe = CudaExecutable(plan, [(n, i, "emulator") for n, i in images], [], runtime)
+    x = torch.randint(-1000, 1000, (128,), dtype=torch.int32,
+                      generator=torch.Generator().manual_seed(0))
+    bufs = [runtime.copy_in(x), runtime.alloc(6 * 128 * 4), runtime.alloc(4 * 128 * 4)]
+    exe._plan.run(exe._modules, bufs, runtime)
+    out, ok = torch.empty(6, 128, dtype=torch.int32), torch.empty(4, 128, dtype=torch.int32)
+    runtime.copy_out(bufs[1], out)
+    runtime.copy_out(bufs[2], ok)
+    lin = torch.arange(128)
+    lane, warp = lin % 32, lin - lin % 32
+
+    def read(src, valid, values=x):
+        return torch.where(valid, values[warp + torch.where(valid, src, lane)], values)
+
+    valid = {"xor": lane ^ 5 <= 31, "down": lane + 3 <= 31, "up": lane >= 2,
+             "idx": torch.ones(128, dtype=torch.bool)}
+    a = read(lane ^ 5, valid["xor"])
+    e = read(lane ^ 16, lane ^ 16 <= 31, a)
+    want = torch.stack([a, read(lane + 3, valid["down"]), read(lane - 2, valid["up"]),
+                        read(torch.full_like(lane, 39 & 31), valid["idx"]), e,
+                        read(lane ^ 1, lane ^ 1 <= 31, e)])
+    assert torch.equal(out, want), (out - want).nonzero()[:8]
+    assert torch.equal(ok, torch.stack(list(valid.values())).to(torch.int32))
+    assert not torch.equal(want[1], x) and not torch.equal(want[2], x)  # both kinds of lane
+
+
+@pytest.mark.parametrize("change, message", [
+    # A shuffle under a condition: not every thread of the block reaches it.
+    ("      %a, %av = gpu.shuffle xor %v, %i5, %w : i32\n",
+     "inside control flow"),
+    ("%w = arith.constant 32 : i32", "width other than the constant 32"),
+    ("array<i32: 64, 1, 1>", "block of 48 threads"),
+])
+def test_shuffle_rejections(change, message):
+    text = SHUFFLES
+    if change.startswith("      %a"):
+        text = text.replace(change, "      %cond = arith.cmpi ult, %t, %c4 : index\n"
+                            "      %a, %av = scf.if %cond -> (i32, i1) {\n"
+                            "        %r, %rv = gpu.shuffle xor %v, %i5, %w : i32\n"
+                            "        scf.yield %r, %rv : i32, i1\n"
+                            "      } else {\n"
+                            "        %false = arith.constant false\n"
+                            "        scf.yield %v, %false : i32, i1\n"
+                            "      }\n")
+    elif change.startswith("%w"):
+        text = text.replace(change, "%w = arith.constant 16 : i32")
+    else:
+        text = text.replace(change, "array<i32: 48, 1, 1>")
+    with pytest.raises(gpu_emulator.GpuLoweringError, match=message):
+        gpu_emulator.emulator_images_from_text(text)
 
 
 def test_emulator_image_format():

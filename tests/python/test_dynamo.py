@@ -271,3 +271,93 @@ def test_a_compile_ahead_stored_before_its_first_run_is_still_this_process_compi
         assert metrics.counter("DiskCacheHit") == 0
     finally:
         lazymlir.session.reset()
+
+
+def _slow_compiles(monkeypatch, seconds: float):
+    """Every compile in the (forked) workers takes `seconds` longer."""
+    import time
+
+    from lazymlir.lowering import numerics
+
+    real = numerics.apply
+
+    def apply(gm):
+        time.sleep(seconds)
+        return real(gm)
+
+    monkeypatch.setattr(numerics, "apply", apply)
+
+
+@pytest.mark.parametrize("how", ["option", "setting"])
+def test_eager_while_compiling_runs_graphs_eagerly_until_their_compile_ends(
+        monkeypatch, how):
+    """With eager_while_compiling, a step whose graphs are still compiling runs them with
+    PyTorch's kernels (counted, not a fallback) instead of waiting; once the compiles
+    end, the same graphs run compiled. Every step matches eager."""
+    _slow_compiles(monkeypatch, 2.0)
+    current = lazymlir.session.reset()  # workers forked from here on are slow
+    try:
+        current.settings.cache_dir = None
+        if how == "setting":
+            current.settings.eager_while_compiling = True
+            forward_options = None
+        else:
+            forward_options = {"eager_while_compiling": True}
+        model, reference = _mlp(), _mlp()
+        forward = torch.compile(model, backend="lazymlir", dynamic=False,
+                                options=forward_options)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        ref_opt = torch.optim.SGD(reference.parameters(), lr=0.05)
+        torch.manual_seed(1)
+        batches = [(torch.randn(6, 8), torch.randn(6, 4)) for _ in range(3)]
+
+        def step(module, optimizer, run, x, y):
+            optimizer.zero_grad()
+            loss = nn.functional.mse_loss(run(x), y)
+            loss.backward()
+            optimizer.step()
+            return loss.item()
+
+        first = step(model, opt, forward, *batches[0])
+        assert first == pytest.approx(step(reference, ref_opt, reference, *batches[0]),
+                                      rel=1e-5)
+        assert metrics.counter("EagerWhileCompiling") == 2  # forward and backward
+        assert metrics.counter("UncachedCompile") == 0  # nothing waited for a compile
+        lazymlir.wait_for_compiles()
+        for x, y in batches[1:]:
+            assert step(model, opt, forward, x, y) == pytest.approx(
+                step(reference, ref_opt, reference, x, y), rel=1e-5)
+        assert metrics.counter("EagerWhileCompiling") == 2
+        assert metrics.counter("UncachedCompile") == 2  # then both ran compiled
+        assert not current.compiles_ahead
+        assert_no_fallback()
+        _assert_same_state(reference, model)
+    finally:
+        lazymlir.session.reset()
+
+
+def test_by_default_the_first_run_waits_for_its_compile(monkeypatch):
+    _slow_compiles(monkeypatch, 0.5)
+    current = lazymlir.session.reset()
+    try:
+        current.settings.cache_dir = None
+        _train(_mlp(), compiled=True, steps=1)
+        assert metrics.counter("EagerWhileCompiling") == 0
+        assert metrics.counter("UncachedCompile") == 2
+    finally:
+        lazymlir.session.reset()
+
+
+def test_backend_options_are_checked():
+    fn = lambda x: x.exp() + 1  # noqa: E731
+    x = torch.randn(4)
+    with pytest.raises(Exception, match=r"unknown option\(s\) \['eager'\]; known: "
+                                        r"eager_while_compiling \(bool\)"):
+        torch.compile(fn, backend="lazymlir", options={"eager": True})(x)
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="option eager_while_compiling must be a bool"):
+        torch.compile(fn, backend="lazymlir", options={"eager_while_compiling": "yes"})(x)
+    torch._dynamo.reset()
+    with pytest.warns(UserWarning, match=r"mode='max-autotune'\) is ignored"):
+        torch.testing.assert_close(
+            torch.compile(fn, backend="lazymlir", mode="max-autotune")(x), fn(x))

@@ -4,8 +4,8 @@ Each case of gpu_kernel_cases.py is traced by the real tracer (child process, cp
 target), compiled for the cuda target and run through the C++ runtime on the emulator
 driver (see test_cuda_emulator.py for the protocol); outputs are compared with eager
 PyTorch. The structure checks assert the kernel shape the case exists for (one block
-per row with a shared-memory tree and barriers), so a regression to one thread per row
-fails here even when the numbers still match.
+per row, warp shuffles and one barrier per reduction), so a regression to one thread
+per row fails here even when the numbers still match.
 """
 
 from __future__ import annotations
@@ -74,7 +74,8 @@ def test_matches_eager_on_emulator(name, runtime, traced):
         assert_matches(got, want, f"{name} graph {k}")
 
 
-@pytest.mark.parametrize("name", ["row_sum_split", "full_sum", "row_amax"])
+@pytest.mark.parametrize("name", ["row_sum_split", "full_sum", "row_amax",
+                                  "row_sum_f64_split", "row_max_min_nan", "row_sum_warp"])
 def test_block_order_does_not_matter(name, runtime, traced):
     assert_matches_with_blocks_reversed(runtime, traced[name][0], CASES[name][2], seed=3,
                                         what=name)
@@ -104,17 +105,56 @@ def test_transposed_operand_is_not_copied(name, traced):
 
 
 @pytest.mark.parametrize("name", sorted(set(CASES) - set(gpu_kernel_cases.MATMULS)
-                                  - {"col_sum", "col_prod"}))
+                                  - {"col_sum", "col_prod", "row_sum_short"}))
 def test_reductions_are_block_per_row(name, traced):
-    """Every reducing kernel reduces through shared memory with barriers; none keeps a
-    serial per-thread loop over a whole row with the accumulator in global memory."""
+    """Every reducing kernel combines its threads' registers with warp shuffles: a xor
+    butterfly per warp (5 steps), then, with W > 1 warps, one barrier per reduction and
+    log2(W) more steps over W partials in shared memory (one element per warp). None
+    keeps a serial per-thread loop over a whole row, nor a shared-memory tree."""
     gpu_text = _gpu_text(traced[name][0])
-    reducing = [k for k in _kernels(gpu_text) if "gpu.barrier" in k]
+    reducing = [k for k in _kernels(gpu_text) if "gpu.shuffle" in k]
     assert reducing, gpu_text[-3000:]
     for kernel in reducing:
-        assert "#gpu.address_space<workgroup>" in kernel
-        # One global write per block: from thread 0, after the tree.
-        assert kernel.count("gpu.barrier") >= 2
+        threads = int(re.search(r"known_block_size = array<i32: (\d+), 1, 1>", kernel)[1])
+        header = kernel.split("\n")[0]
+        partials = re.findall(r"memref<(\d+)x\w+, #gpu.address_space<workgroup>>", header)
+        # Rows of one warp are packed 8 to a block (gpu_row_reduce): no partials.
+        packed = "arith.minui" in kernel and not partials
+        warps = 1 if packed else threads // 32
+        assert [int(p) for p in partials] == [warps] * len(partials) if warps > 1 else \
+            not partials, header
+        assert kernel.count("gpu.barrier") == len(partials)
+        # 32-bit values: one shuffle per step; 64-bit ones (int64 sums): two. A single
+        # warp has no shared buffer per reduction to count them by.
+        steps = 5 + (warps.bit_length() - 1)
+        xor = len(re.findall(r"gpu\.shuffle\s+xor", kernel))
+        if warps > 1:
+            assert xor in (steps * len(partials), 2 * steps * len(partials)), (xor, steps)
+        else:
+            assert xor and xor % steps == 0, xor
+        assert kernel.count("gpu.shuffle") == xor
+
+
+def test_narrow_and_wide_values_shuffle_as_32_bit_words(traced):
+    """f16 is shuffled as the low half of an i32, f64 as two i32 halves: the same bits."""
+    f16 = _gpu_text(traced["row_max_min_f16"][0])
+    assert "arith.bitcast" in f16 and "i16 to i32" in f16 and "maximumf" in f16
+    assert re.search(r"gpu\.shuffle\s+xor %\S+, %\S+, %\S+ : i32", f16)
+    f64 = _gpu_text(traced["row_sum_f64_split"][0])
+    assert "f64 to i64" in f64 and "i64 to f64" in f64 and "memref.atomic_rmw addf" in f64
+    assert not re.search(r"gpu\.shuffle\s+xor [^\n]*: (f16|f64|i64)", f16 + f64)
+
+
+def test_one_warp_rows_share_a_block(traced):
+    """50 rows of 40: one warp per row, 8 rows per block of 256 threads (7 blocks, the
+    last with 2 rows), no shared memory or barrier; the spare warps store nothing."""
+    fx_text = traced["row_sum_warp"][0]
+    plan_text, _ = compile_for_emulator(fx_text)
+    launch = next(line for line in plan_text.splitlines() if line.startswith("launch"))
+    assert launch.split()[3:9] == ["7", "1", "1", "256", "1", "1"], launch
+    (kernel,) = _kernels(_gpu_text(fx_text))
+    assert "gpu.barrier" not in kernel and "workgroup" not in kernel
+    assert "arith.minui" in kernel and "arith.andi" in kernel
 
 
 def test_split_only_with_atomic(traced):
@@ -163,16 +203,27 @@ def test_ptxas_matmul_uses_shared_memory_without_spills(traced, tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas not on PATH")
-def test_ptxas_row_reduction_uses_shared_memory_without_spills(traced, tmp_path):
-    ptx_text = stages.run_stages(traced["row_amax"][0], stages.Options(target="cuda"),
+@pytest.mark.parametrize("name, reductions", [("row_amax", 1), ("softmax_rows", 2),
+                                              ("layer_norm_rows", 2), ("row_sum_int", 1)])
+def test_ptxas_row_reduction_uses_shuffles_without_spills(name, reductions, traced, tmp_path):
+    """The PTX reduces with `shfl.sync.bfly` (the xor butterfly), one `bar.sync` per
+    reduction, and shared memory of one element per warp and reduction, without spills."""
+    fx_text = traced[name][0]
+    ptx_text = stages.run_stages(fx_text, stages.Options(target="cuda"),
                                  start="fx", stop="ptx").text
     _, kernels = gpu_stages.executable_parts(ptx_text)
+    images = [image for _, image, _ in kernels if b"shfl.sync" in image]
+    assert len(images) == 1
+    (image,) = images
+    threads = int(re.search(rb"\.maxntid (\d+), 1, 1", image)[1])
+    assert image.count(b"shfl.sync.bfly.b32") >= reductions * 5
+    assert image.count(b"bar.sync") == reductions
     src = tmp_path / "k.ptx"
-    src.write_bytes(b"".join(image for _, image, _ in kernels if b"bar.sync" in image))
+    src.write_bytes(image)
     res = subprocess.run(["ptxas", "-v", "-arch=sm_90", str(src), "-o", str(tmp_path / "o")],
                          capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     smem = [int(m) for m in re.findall(r"(\d+) bytes smem", res.stderr)]
-    assert smem and max(smem) >= 256 * 4, res.stderr
-    assert re.findall(r"(\d+) bytes spill stores", res.stderr)
-    assert all(m == "0" for m in re.findall(r"(\d+) bytes spill stores", res.stderr))
+    element = 8 if name == "row_sum_int" else 4  # int64 sums
+    assert smem == [reductions * threads // 32 * element], res.stderr
+    assert "0 bytes spill stores, 0 bytes spill loads" in res.stderr, res.stderr

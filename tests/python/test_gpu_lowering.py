@@ -99,9 +99,13 @@ def test_full_reduction_is_parallel():
 def test_dim_reduction_is_parallel():
     plan, _, _ = lowered("sum_dim")  # 32 rows x 1000: split over rows and chunks
     assert max(_launch_threads(plan)) >= 32
-    plan, _, gpu_text = lowered("softmax")  # max + sum per row: one block per row
-    assert "#gpu.address_space<workgroup>" in gpu_text and "gpu.barrier" in gpu_text
-    assert "memref.atomic_rmw" not in gpu_text  # 16 rows of 128: no row is split
+    plan, ptx, gpu_text = lowered("softmax")  # max + sum per row: one block per row
+    # 16 rows of 128: one warp of 32 threads per row (4 elements each), reduced by
+    # shuffles alone: no shared memory, no barrier; no row is split.
+    assert "gpu.shuffle" in gpu_text and "gpu.barrier" not in gpu_text
+    assert "#gpu.address_space<workgroup>" not in gpu_text
+    assert "memref.atomic_rmw" not in gpu_text
+    assert any("shfl.sync.bfly.b32" in p for p in ptx.values())
     assert min(_launch_threads(plan)) >= 16
 
 

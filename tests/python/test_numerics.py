@@ -163,3 +163,20 @@ def test_int64_min(fn):
                                 lambda a: a * a], ids=["mul", "add", "rsub", "square"])
 def test_byte_arithmetic_wraps(dtype, fn):
     check(fn, torch.tensor([-7, 7, 100, -100], dtype=torch.int16).to(dtype))
+
+
+def test_float_to_bfloat16_rounds_to_nearest_even_bit_for_bit():
+    """On CPUs without AVX512-BF16 the compiled code calls `__truncsfbf2`, which a
+    GCC 12 system lacks (every bfloat16 graph failed to load): targets/cpu_builtins.py
+    defines it. Ties, the largest finite values (-> inf), subnormals, signed zeros:
+    eager's bits; NaN stays NaN."""
+    ties = torch.tensor([1.00390625, 1.01171875, -1.00390625, 3.0078125], dtype=torch.float32)
+    specials = torch.tensor([float("inf"), -float("inf"), 3.4e38, -3.4e38, 3.3895e38, -0.0,
+                             0.0, 1e-40, -1e-40, 1.17549435e-38], dtype=torch.float32)
+    random = torch.randn(4096, generator=torch.Generator().manual_seed(0)) * 1e3
+    x = torch.cat([ties, specials, random])
+    out = lazy(lambda t: (t * 1.0).bfloat16(), x)
+    assert torch.equal(out.view(torch.int16), x.bfloat16().view(torch.int16))
+    nan = lazy(lambda t: (t * 1.0).bfloat16(), torch.tensor([NAN, -NAN]))
+    assert nan.isnan().all()
+    assert_no_fallback()

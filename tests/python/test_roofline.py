@@ -187,3 +187,51 @@ def test_warp_matrix_ops_count_at_the_tensor_core_rate():
     assert stats.shared_bytes == pytest.approx(warps * 4 * 2 * 512)
     est = roofline.estimate(stats)
     assert est["t_roof"] == pytest.approx(stats.mma_fp / roofline.TC_F16_PEAK)
+
+
+# A warp sum by xor shuffles (the butterfly of gpu_warp_reduce.py): 5 dependent steps.
+WARP_SUM = """
+gpu.module @m {
+  gpu.func @k(%x: memref<1048576xf32>, %y: memref<32768xf32>) kernel {
+    %c32 = arith.constant 32 : index
+    %c256 = arith.constant 256 : index
+    %w = arith.constant 32 : i32
+    %b = gpu.block_id x
+    %t = gpu.thread_id x
+    %base = arith.muli %b, %c256 : index
+    %i = arith.addi %base, %t : index
+    %v = memref.load %x[%i] : memref<1048576xf32>
+    %o16 = arith.constant 16 : i32
+    %s16, %p16 = gpu.shuffle xor %v, %o16, %w : f32
+    %v16 = arith.addf %v, %s16 : f32
+    %o8 = arith.constant 8 : i32
+    %s8, %p8 = gpu.shuffle xor %v16, %o8, %w : f32
+    %v8 = arith.addf %v16, %s8 : f32
+    %o4 = arith.constant 4 : i32
+    %s4, %p4 = gpu.shuffle xor %v8, %o4, %w : f32
+    %v4 = arith.addf %v8, %s4 : f32
+    %o2 = arith.constant 2 : i32
+    %s2, %p2 = gpu.shuffle xor %v4, %o2, %w : f32
+    %v2 = arith.addf %v4, %s2 : f32
+    %o1 = arith.constant 1 : i32
+    %s1, %p1 = gpu.shuffle xor %v2, %o1, %w : f32
+    %v1 = arith.addf %v2, %s1 : f32
+    %warp = arith.divui %i, %c32 : index
+    memref.store %v1, %y[%warp] : memref<32768xf32>
+    gpu.return
+  }
+}
+"""
+
+
+def test_shuffle_steps_count_in_the_latency_term():
+    ctx, _module, func = _func(WARP_SUM)
+    with ctx:
+        stats = roofline.analyse_kernel(func, (4096, 1, 1), (256, 1, 1), [4 << 20, 1 << 17])
+    assert stats.shuffles == 5 and stats.barriers == 0 and stats.rounds == 1
+    assert stats.fp == 5 * (1 << 20)
+    est = roofline.estimate(stats)
+    without = roofline.estimate(roofline.KernelStats(**{**stats.__dict__, "shuffles": 0}))
+    # 4 waves of one round trip: latency-bound; each wave adds its 5 dependent steps.
+    assert est["bound"] == without["bound"] == "latency" and est["waves"] == 4
+    assert est["t_est"] - without["t_est"] == pytest.approx(4 * 5 * roofline.SHUFFLE_COST)

@@ -2,8 +2,9 @@
 
 // Full reduction (x.sum()): rows are contiguous, so it takes the block-per-row route
 // (gpu_row_reduce.py) with the one "row" split over 19200 / (256 * 4) = 18 blocks: each
-// thread folds a strided slice in a register, the block combines through shared memory
-// with barriers, and one atomic add per block goes to the scalar output.
+// thread folds a strided slice in a register, each warp combines its 32 values with xor
+// shuffles, the 8 warp partials meet in shared memory after the kernel's one barrier
+// (3 more shuffle steps), and one atomic add per block goes to the scalar output.
 #map = affine_map<(d0, d1) -> (d0, d1)>
 #map1 = affine_map<(d0, d1) -> ()>
 func.func @sum$all(%arg0: memref<64x300xf32>, %arg1: memref<f32>) {
@@ -21,19 +22,19 @@ func.func @sum$all(%arg0: memref<64x300xf32>, %arg1: memref<f32>) {
 // CHECK: gpu.memset %[[OUT]]
 // CHECK: gpu.launch_func @[[MOD:.*]]::@{{.*}} blocks in (%c18, %{{.*}}, %{{.*}}) threads in (%c256, %{{.*}}, %{{.*}}) args(%[[IN]] : memref<64x300xf32>, %[[OUT]] : memref<f32>)
 // CHECK: gpu.module @[[MOD]]
-// CHECK: workgroup(%[[SMEM:.*]] : memref<256xf32, #gpu.address_space<workgroup>>)
+// CHECK: workgroup(%[[SMEM:.*]] : memref<8xf32, #gpu.address_space<workgroup>>)
 // CHECK: %[[TID:.*]] = gpu.thread_id x
 // CHECK: %[[ACC:.*]] = scf.for {{.*}} step %c4608 iter_args
 // CHECK: arith.addf
-// CHECK: memref.store %[[ACC]], %[[SMEM]][%[[TID]]]
-// CHECK-NEXT: gpu.barrier
-// CHECK: arith.cmpi ult, %[[TID]], %c128
+// CHECK: gpu.shuffle xor %[[ACC]], %c16_i32, %c32_i32 : f32
+// CHECK-COUNT-4: gpu.shuffle xor
+// CHECK: memref.store %{{.*}}, %[[SMEM]]
 // CHECK: gpu.barrier
-// CHECK: arith.cmpi ult, %[[TID]], %c1 :
-// CHECK: gpu.barrier
+// CHECK-NOT: gpu.barrier
+// CHECK-COUNT-3: gpu.shuffle xor
+// CHECK: %[[TOTAL:.*]] = arith.addf
 // CHECK: arith.cmpi eq, %[[TID]], %c0
 // CHECK-NEXT: scf.if
-// CHECK-NEXT: %[[TOTAL:.*]] = memref.load %[[SMEM]][%c0]
 // CHECK-NEXT: memref.atomic_rmw addf %[[TOTAL]], %{{.*}}[] : (f32, memref<f32>) -> f32
 
 // -----

@@ -5,7 +5,9 @@
 // kernel, one block of 256 threads per row, 4 elements per thread (the 4th under a
 // guard: 1000 = 3 * 256 + 232). x is loaded once, the row max and sum stay in registers
 // (the max buffer and its fill are erased), the exp values are never stored (the divide
-// overwrites them), and the output is stored once.
+// overwrites them), and the output is stored once. Each reduction: a xor-shuffle
+// butterfly per warp, lane 0 stores the warp's partial, one barrier, every warp combines
+// the 8 partials with shuffles, so every thread holds the total.
 #map = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
 #map1 = affine_map<(d0, d1, d2) -> (d0, d1)>
 #map2 = affine_map<(d0, d1) -> (d0, d1)>
@@ -47,35 +49,49 @@ func.func @softmax(%arg0: memref<64x1000xf32>, %arg1: memref<64x1000xf32>) {
 // CHECK-NOT: gpu.memset
 // CHECK: gpu.launch_func @{{.*}} blocks in (%c64, %{{.*}}, %{{.*}}) threads in (%c256, %{{.*}}, %{{.*}})
 // CHECK-NEXT: return
-// CHECK: gpu.func @{{.*}} workgroup(%[[MAXS:.*]] : memref<256xf32, #gpu.address_space<workgroup>>, %[[SUMS:.*]] : memref<256xf32, #gpu.address_space<workgroup>>)
+// CHECK: gpu.func @{{.*}} workgroup(%[[MAXS:.*]] : memref<8xf32, #gpu.address_space<workgroup>>, %[[SUMS:.*]] : memref<8xf32, #gpu.address_space<workgroup>>)
 // CHECK-COUNT-3: memref.load %arg0
 // CHECK: scf.if
 // CHECK-NEXT: memref.load %arg0
 // CHECK-NOT: memref.load %arg0
+// CHECK-COUNT-5: gpu.shuffle xor
 // CHECK: memref.store %{{.*}}, %[[MAXS]]
-// CHECK-COUNT-8: gpu.barrier
-// CHECK: %[[MAX:.*]] = memref.load %[[MAXS]][%c0]
+// CHECK: gpu.barrier
+// CHECK-NEXT: %[[I:.*]] = arith.remui
+// CHECK-NEXT: memref.load %[[MAXS]][%[[I]]]
+// CHECK-NEXT: gpu.shuffle xor
+// CHECK-NEXT: arith.maximumf
+// CHECK-NEXT: gpu.shuffle xor
+// CHECK-NEXT: arith.maximumf
+// CHECK-NEXT: gpu.shuffle xor
+// CHECK-NEXT: %[[MAX:.*]] = arith.maximumf
 // CHECK-NOT: memref.store %{{.*}}, %arg1
 // CHECK: arith.subf %{{.*}}, %[[MAX]]
 // CHECK: math.exp
 // CHECK-NOT: memref.store %{{.*}}, %arg1
+// CHECK-NOT: gpu.barrier
+// CHECK-COUNT-5: gpu.shuffle xor
 // CHECK: memref.store %{{.*}}, %[[SUMS]]
-// CHECK-COUNT-8: gpu.barrier
-// CHECK: %[[TOTAL:.*]] = memref.load %[[SUMS]][%c0]
-// CHECK: %[[SUM:.*]] = arith.addf %[[TOTAL]], %cst
+// CHECK: gpu.barrier
+// CHECK-NEXT: memref.load %[[SUMS]][%[[I]]]
+// CHECK-COUNT-3: gpu.shuffle xor
+// CHECK-NEXT: %[[TOTAL:.*]] = arith.addf
+// CHECK-NEXT: %[[SUM:.*]] = arith.addf %[[TOTAL]], %cst
 // CHECK: arith.divf %{{.*}}, %[[SUM]]
 // CHECK-COUNT-3: memref.store %{{.*}}, %arg1
 // CHECK: scf.if
 // CHECK: arith.divf %{{.*}}, %[[SUM]]
 // CHECK-NEXT: memref.store %{{.*}}, %arg1
 // CHECK-NOT: memref.load %arg1
+// CHECK-NOT: gpu.barrier
 // CHECK: gpu.return
 
 // -----
 
 // layer_norm over rows of 300 as the tracer gives it (mean, x - mean, variance, affine
 // normalize; the sum's initial value comes through a copy of a zero-filled buffer):
-// one kernel, 64 threads per row, 5 elements per thread (the 5th guarded). The centered
+// one kernel, 64 threads per row, 5 elements per thread (the 5th guarded), two warps:
+// each reduction is 5 shuffle steps, one barrier and 1 step over the 2 warp partials. The centered
 // row (x - mean) stays in registers: its 33x1x300 buffer is erased; only the normalized
 // output is stored, straight into the graph output: the copy of the result into %arg3
 // is absorbed. The mean/variance buffers, fills and both copies are gone.
@@ -137,13 +153,23 @@ module {
 // CHECK: gpu.launch_func @{{.*}} blocks in (%c33, %{{.*}}, %{{.*}}) threads in (%c64, %{{.*}}, %{{.*}}) args(%arg0 : memref<33x300xf32>, %arg1 : memref<300xf32>, %arg2 : memref<300xf32>, %arg3 : memref<33x300xf32>)
 // CHECK-NEXT: return
 // CHECK: gpu.func
+// CHECK-SAME: workgroup(%{{.*}} : memref<2xf32, #gpu.address_space<workgroup>>, %{{.*}} : memref<2xf32, #gpu.address_space<workgroup>>)
 // CHECK-COUNT-5: memref.load %arg0
 // CHECK-NOT: memref.load %arg0
-// CHECK-COUNT-6: gpu.barrier
+// CHECK-COUNT-5: gpu.shuffle xor
+// CHECK-NOT: gpu.shuffle
+// CHECK: gpu.barrier
+// CHECK-NEXT: arith.remui
+// CHECK-NEXT: memref.load
+// CHECK-NEXT: gpu.shuffle xor %{{.*}}, %c1_i32, %c32_i32
+// CHECK-NOT: gpu.barrier
 // CHECK: arith.subf
 // CHECK-NOT: memref.store %{{.*}}, %arg3
 // CHECK: arith.mulf
-// CHECK-COUNT-6: gpu.barrier
+// CHECK-NOT: gpu.barrier
+// CHECK-COUNT-5: gpu.shuffle xor
+// CHECK: gpu.barrier
+// CHECK-NOT: gpu.barrier
 // CHECK: math.rsqrt
 // CHECK: memref.store %{{.*}}, %arg3[%{{.*}}, %{{.*}}] : memref<33x300xf32>
 // CHECK-NOT: memref.copy

@@ -1,0 +1,58 @@
+"""The host's vector unit, as the CPU schedule (cpu_schedule.py) sizes its tiles for it.
+
+Compiled graphs are built for the host (`llc -mcpu=native`), but the schedule's
+tiles decide how many vector registers a loop keeps live, and that differs by
+instruction set: a matmul register tile of 8 x 32 f32 accumulators is 16
+AVX-512 registers (of 32) but 32 AVX2 registers (of 16), which spill. Measured
+on an AVX2-only AMD EPYC (Zen 3), one thread, `a @ b` of 64x256 by 256x512:
+8 x 32 ran 3.2x eager's time, 4 x 16 1.8x (`/tmp/prof/mmreg.py`, load 3.3-3.9;
+docs/cpu-performance.md, "Sixth session").
+
+Which set the host has, or `LAZYMLIR_CPU_VECTOR_ISA` (`avx512`, `avx2`) says:
+lazymlir/support/host_isa.py (the lit tests pin `avx512`, so that their expected
+tiles do not depend on the machine; the choice is part of the cpu target's
+fingerprint, the disk cache key).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..support.host_isa import vector_isa
+
+
+@dataclass(frozen=True)
+class VectorIsa:
+    name: str
+    # Contraction register tile candidates (the largest dividing the shape wins):
+    # M rows x N columns of f32 accumulators, K steps per iteration.
+    reg_m: tuple[int, ...]
+    reg_n: tuple[int, ...]
+    reg_k: tuple[int, ...]
+    # Innermost-reduction step: one vector of this many elements per step.
+    reduction_tiles: tuple[int, ...]
+    # Transpose tile edges and the vector.transpose lowering for them.
+    transpose_tiles: tuple[int, ...]
+    transpose_lowering: str
+
+
+ISAS = {
+    # 32 zmm registers of 16 f32: 8 x 32 accumulators = 16 registers, leaving room for
+    # the B rows and A broadcasts; a 16 x 16 transpose is one shuffle network.
+    "avx512": VectorIsa("avx512", (8, 4, 2), (32, 16, 8), (4, 2),
+                        (256, 128, 64, 32, 16, 8), (16, 8),
+                        'lowering_strategy = "shuffle_16x16"'),
+    # 16 ymm registers of 8 f32: 6 x 16 accumulators = 12 registers (BLIS's Haswell
+    # kernel shape; 4 x 16 where 6 does not divide M), 2 for B, 1-2 for broadcasts.
+    # Transposes keep the 16 x 16 shuffle network: on the Zen 3 machine a 512 x 256
+    # W.t() took 148 us with it and 661 us as 8 x 8 tiles through the AVX2-specialized
+    # lowering (`shuffle_1d`, avx2_lowering_strategy).
+    "avx2": VectorIsa("avx2", (6, 4, 2), (16, 8), (4, 2),
+                      (128, 64, 32, 16, 8), (16, 8),
+                      'lowering_strategy = "shuffle_16x16"'),
+}
+
+
+def host() -> VectorIsa:
+    """The tiles for the host's instruction set (or LAZYMLIR_CPU_VECTOR_ISA's)."""
+    return ISAS[vector_isa()]
