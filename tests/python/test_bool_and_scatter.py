@@ -215,7 +215,8 @@ _DIAG_MASK = """
 #map2 = affine_map<(d0, d1) -> (d0, d1)>
 #map3 = affine_map<(d0, d1) -> (d1, d0)>
 module {
-  func.func @main(%arg0: tensor<3x3xf32>, %arg1: tensor<3xi64>) -> tensor<3x3xf32> {
+  func.func @main(%arg0: tensor<3x3xf32>, %arg1: tensor<3xi64>)
+      -> (tensor<3x3xf32>, tensor<3x3xi1>) {
     %cst = arith.constant 0.000000e+00 : f32
     %expanded = tensor.expand_shape %arg1 [[0, 1]] output_shape [3, 1]
         : tensor<3xi64> into tensor<3x1xi64>
@@ -237,7 +238,9 @@ module {
       %5 = arith.select %in, %in_0, %cst : f32
       linalg.yield %5 : f32
     } -> tensor<3x3xf32>
-    return %4 : tensor<3x3xf32>
+    // The mask is an output too: the cuda target folds the transpose into its
+    // consumer, and the mask would otherwise never be stored.
+    return %4, %t : tensor<3x3xf32>, tensor<3x3xi1>
   }
 }
 """
