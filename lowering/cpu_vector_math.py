@@ -25,6 +25,8 @@ import ctypes.util
 import re
 from functools import cache
 
+from ..support import host_isa
+
 # (scalar type, vector ISA letter, lanes) per glibc's x86_64 vector ABI: AVX2 ('d')
 # and AVX-512 ('e').
 _VARIANTS = {"float": (("d", 8), ("e", 16)), "double": (("d", 4), ("e", 8))}
@@ -42,6 +44,14 @@ def _libmvec() -> ctypes.CDLL | None:
         return ctypes.CDLL(name) if name else None
     except OSError:
         return None
+
+
+def _host_has_avx512() -> bool:
+    """glibc exports the AVX-512 variants on every x86-64 host, but they execute AVX-512
+    instructions: offered to the vectorizer on an AVX2-only CPU, the 16-lane `erff` of
+    a float16 erf graph was chosen and the graph died with SIGILL (an AMD EPYC, Zen 3).
+    The detected unit, not LAZYMLIR_CPU_VECTOR_ISA (which only sizes tiles)."""
+    return host_isa.detected() == "avx512"
 
 
 def _exported(symbol: str) -> bool:
@@ -63,7 +73,7 @@ def annotate(ll_text: str) -> str:
         mappings = []
         for isa, lanes in _VARIANTS[scalar]:
             vector_name = f"_ZGV{isa}N{lanes}{'v' * arity}_{name}"
-            if not _exported(vector_name):
+            if not _exported(vector_name) or (isa == "e" and not _host_has_avx512()):
                 continue
             vector = f"<{lanes} x {scalar}>"
             mappings.append(f"_ZGV_LLVM_N{lanes}{'v' * arity}_{name}({vector_name})")

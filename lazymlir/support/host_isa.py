@@ -16,7 +16,8 @@ NAMES = ("avx512", "avx2")
 
 
 @functools.cache
-def _detected() -> str:
+def detected() -> str:
+    """The host's own vector ISA (no override): what code may execute."""
     try:
         with open("/proc/cpuinfo") as info:
             for line in info:
@@ -29,7 +30,7 @@ def _detected() -> str:
 
 def vector_isa() -> str:
     """The override (LAZYMLIR_CPU_VECTOR_ISA) or the detected instruction set."""
-    name = os.environ.get(ENV, "").strip().lower() or _detected()
+    name = os.environ.get(ENV, "").strip().lower() or detected()
     if name not in NAMES:
         raise ValueError(f"{ENV}={name!r}: expected one of {', '.join(NAMES)}")
     return name

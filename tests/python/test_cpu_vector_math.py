@@ -64,6 +64,18 @@ def test_an_erf_loop_vectorizes_only_with_the_variants(tmp_path):
     assert "call <8 x float> @_ZGVdN8v_expf" in vectorized
 
 
+@needs_libmvec
+@pytest.mark.parametrize("host", ["avx2", "avx512"])
+def test_avx512_variants_only_on_avx512_hosts(monkeypatch, host):
+    """glibc exports the 16-lane AVX-512 erff everywhere; on an AVX2-only CPU a loop
+    vectorized with it died with SIGILL (the OpInfo sweep's float16 erf)."""
+    monkeypatch.setattr(cpu_vector_math.host_isa, "detected", lambda: host)
+    annotated = cpu_vector_math.annotate(LOOP)
+    assert "_ZGVdN8v_erff" in annotated
+    if cpu_vector_math._exported("_ZGVeN16v_erff"):
+        assert ("_ZGVeN16v_erff" in annotated) == (host == "avx512")
+
+
 def test_functions_llvm_maps_itself_are_left_alone():
     text = "declare float @expf(float)\ndeclare double @log(double)\n"
     assert cpu_vector_math.annotate(text) == text
