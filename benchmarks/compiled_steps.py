@@ -130,8 +130,13 @@ def main() -> None:
                        "--backends", backend, "--only", key, "--rounds", str(args.rounds)]
             if args.threads:
                 command += ["--threads", str(args.threads)]
+            env = dict(os.environ)
+            if env.get("LAZYMLIR_CACHE_DIR") and backend.startswith("lazymlir"):
+                # A folder per lazymlir contender: the second would find the first's
+                # graphs on disk and measure a warm start instead of a cold compile.
+                env["LAZYMLIR_CACHE_DIR"] = os.path.join(env["LAZYMLIR_CACHE_DIR"], backend)
             done = subprocess.run(command, capture_output=True, text=True,
-                                  cwd=Path(__file__).parent.parent)
+                                  cwd=Path(__file__).parent.parent, env=env)
             if done.returncode != 0:
                 raise SystemExit(f"{backend} on {key} failed:\n{done.stderr[-3000:]}")
             child = json.loads(done.stdout.strip().splitlines()[-1])
