@@ -234,25 +234,45 @@ def _fragment_shape(t: ir.Type) -> tuple[int, int, ir.Type, str]:
     return int(rows), int(cols), ir.Type.parse(elem), kind.strip('"')
 
 
-def _lower_warp_matrices(kernel, name: str) -> None:
-    """Replace the warp-level `gpu.subgroup_mma_*` ops of `kernel` by per-warp buffers
-    (extra workgroup attributions) and lane-0 loops; see the module docstring."""
-    body = kernel.regions[0].blocks[0]
+def _collect(kernel, matches) -> list:
+    """The ops of `kernel` (nested ones too) for which `matches(op)` holds."""
     found = []
 
     def visit(o):
-        if o.name.startswith("gpu.subgroup_mma") or any(
-                _is_fragment(v.type) for v in list(o.operands) + list(o.results)):
+        if matches(o):
             found.append(o)
         return ir.WalkResult.ADVANCE
 
     kernel.operation.walk(visit)
-    if not found:
-        return
+    return found
 
+
+def _rejecter(name: str):
+    """reject(why): a GpuLoweringError naming kernel @name."""
     def reject(why):
         raise GpuLoweringError(f"emulator: kernel @{name}: {why}")
+    return reject
 
+
+def _known_threads(kernel, reject, missing: str) -> int:
+    """Threads per block from `known_block_size`; reject(missing) when it is absent."""
+    if "known_block_size" not in kernel.attributes:
+        reject(missing)
+    threads = 1
+    for d in ir.DenseI32ArrayAttr(kernel.attributes["known_block_size"]):
+        threads *= d
+    return threads
+
+
+def _lower_warp_matrices(kernel, name: str) -> None:
+    """Replace the warp-level `gpu.subgroup_mma_*` ops of `kernel` by per-warp buffers
+    (extra workgroup attributions) and lane-0 loops; see the module docstring."""
+    body = kernel.regions[0].blocks[0]
+    found = _collect(kernel, lambda o: o.name.startswith("gpu.subgroup_mma") or any(
+        _is_fragment(v.type) for v in list(o.operands) + list(o.results)))
+    if not found:
+        return
+    reject = _rejecter(name)
     for o in found:
         if o.name not in _MMA_OPS:
             reject(f"'{o.name}' on warp-level matrix fragments is not supported")
@@ -262,11 +282,8 @@ def _lower_warp_matrices(kernel, name: str) -> None:
         for attr in ("transpose", "a_transpose", "b_transpose"):
             if attr in o.attributes:
                 reject(f"'{o.name}' with {attr} is not supported")
-    if "known_block_size" not in kernel.attributes:
-        reject("warp-level matrix ops need a known block size (per-warp buffers)")
-    block_size = 1
-    for d in ir.DenseI32ArrayAttr(kernel.attributes["known_block_size"]):
-        block_size *= d
+    block_size = _known_threads(
+        kernel, reject, "warp-level matrix ops need a known block size (per-warp buffers)")
     warps = -(-block_size // 32)
     ops = [op.operation for op in body.operations]
     position = {op: i for i, op in enumerate(ops)}
@@ -417,20 +434,10 @@ def _lower_shuffles(kernel, name: str) -> None:
     j >= 0), idx j = off & 31 (always valid); an invalid lane reads its own value.
     Consecutive shuffles alternate between two buffers per type: the loads of one share
     a phase with the stores of the next."""
-    found = []
-
-    def visit(o):
-        if o.name == "gpu.shuffle":
-            found.append(o)
-        return ir.WalkResult.ADVANCE
-
-    kernel.operation.walk(visit)
+    found = _collect(kernel, lambda o: o.name == "gpu.shuffle")
     if not found:
         return
-
-    def reject(why):
-        raise GpuLoweringError(f"emulator: kernel @{name}: {why}")
-
+    reject = _rejecter(name)
     for o in found:
         if o.parent != kernel.operation:
             reject("'gpu.shuffle' inside control flow (only top-level shuffles are "
@@ -440,11 +447,8 @@ def _lower_shuffles(kernel, name: str) -> None:
         if not (isinstance(width, ir.Operation) and width.name == "arith.constant"
                 and ir.IntegerAttr(width.attributes["value"]).value == 32):
             reject("'gpu.shuffle' with a width other than the constant 32")
-    if "known_block_size" not in kernel.attributes:
-        reject("'gpu.shuffle' needs a known block size (per-thread shuffle buffers)")
-    threads = 1
-    for d in ir.DenseI32ArrayAttr(kernel.attributes["known_block_size"]):
-        threads *= d
+    threads = _known_threads(
+        kernel, reject, "'gpu.shuffle' needs a known block size (per-thread shuffle buffers)")
     if threads % 32:
         reject(f"'gpu.shuffle' in a block of {threads} threads (not whole warps)")
     index = ir.IndexType.get()
