@@ -56,9 +56,10 @@ def _allocator() -> ctypes.CDLL:
 
 
 @cache
-def _builtins() -> ctypes.CDLL:
+def load_builtins() -> ctypes.CDLL:
     """targets/cpu_builtins.py's compiler runtime functions (`__truncsfbf2`), loaded once
-    per process with RTLD_GLOBAL before any graph that may call them."""
+    per process with RTLD_GLOBAL before any CPU code that may call them: the cpu
+    target's graphs, and the cuda emulator driver's kernel images (cuda_driver.py)."""
     return ctypes.CDLL(str(_runtime_library(cpu_builtins.build)), mode=ctypes.RTLD_GLOBAL)
 
 
@@ -132,7 +133,7 @@ class CpuExecutable(Executable):
         self.output_metas = output_metas
         _allocator()  # defines the buffer functions the graph calls...
         _threads()  # ...the OpenMP entry points of its parallel loops...
-        _builtins()  # ...and the compiler runtime functions the system may lack
+        load_builtins()  # ...and the compiler runtime functions the system may lack
         self._lib = ctypes.CDLL(str(self.so_path))
         self._entry = self._lib._mlir_ciface_main
         self._entry.restype = None

@@ -196,9 +196,9 @@ class CudaRuntime:
             # Emulator images are CPU code built like the cpu target's graphs: they may
             # call compiler runtime functions the system lacks (__truncsfbf2), which the
             # cpu target's builtins library defines for every later dlopen.
-            from .cpu import _builtins
+            from .cpu import load_builtins
 
-            _builtins()
+            load_builtins()
         h = _vp()
         kind = 2 if emulator else int(bool(fake))
         _check(lib.lzrt_runtime_create(kind, ordinal, ctypes.byref(h)))
