@@ -44,12 +44,14 @@ ISAS = {
                         'lowering_strategy = "shuffle_16x16"'),
     # 16 ymm registers of 8 f32: 6 x 16 accumulators = 12 registers (BLIS's Haswell
     # kernel shape; 4 x 16 where 6 does not divide M), 2 for B, 1-2 for broadcasts.
-    # Transposes keep the 16 x 16 shuffle network: on the Zen 3 machine a 512 x 256
-    # W.t() took 148 us with it and 661 us as 8 x 8 tiles through the AVX2-specialized
-    # lowering (`shuffle_1d`, avx2_lowering_strategy).
+    # Transposes are 8 x 8 tiles (8 registers) through MLIR's AVX2-specialized
+    # shuffles: a 16 x 16 tile is 32 ymm registers and spilled. Zen 3, 2 threads,
+    # `w.t() * 2` (the multiply is ~15 us) on 512 x 256: 62-81 us as 16 x 16 tiles,
+    # 17-21 us as 8 x 8; 2048 x 1024: 2266 us against 279 us; 32 x 64 x 32 batched:
+    # 41 us against 14 us (/tmp/prof/direct.py, seventh session).
     "avx2": VectorIsa("avx2", (6, 4, 2), (16, 8), (4, 2),
-                      (128, 64, 32, 16, 8), (16, 8),
-                      'lowering_strategy = "shuffle_16x16"'),
+                      (128, 64, 32, 16, 8), (8,),
+                      "avx2_lowering_strategy = true"),
 }
 
 

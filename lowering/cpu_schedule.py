@@ -17,7 +17,8 @@ same code is correct on any x86-64, llc picks the host's vector width):
   `vector<32xf32>` (AVX2: `vector<16xf32>`) rows. The accumulator is read
   before the K loop and written after it (`hoist_redundant_vector_transfers`
   after folding the subviews into the transfers): it lives in registers,
-  never reloaded or stored per step.
+  never reloaded or stored per step. Large ones run their (M, N) cache tiles
+  on all cores, split into at least MIN_PARALLEL_BLOCKS blocks.
 
 Ops are matched by a `lazymlir.schedule` attribute holding their index; the
 attribute is removed afterwards.
@@ -43,6 +44,11 @@ CACHE_M, CACHE_N, CACHE_K = 64, 256, 256
 # The old 32M, set for MLIR's async runtime, kept an MLP step's 64x256x512
 # matmuls (8.4M) on one core.
 MIN_PARALLEL_FLOPS = 2 * 1024 * 1024
+# (M, N) cache tiles (and batches) a parallel contraction is split into at least,
+# halving its cache tile while the halves stay whole register tiles: a 64x512 by
+# 512x256 matmul (an MLP's second Linear) is one 64 x 256 cache tile, and ran on
+# one core of two. Four blocks split evenly over two or four threads.
+MIN_PARALLEL_BLOCKS = 4
 
 # Reduction step of an innermost-dim reduction: the largest of the ISA's
 # reduction_tiles dividing the reduced extent. One step is one vector of up to 256
@@ -56,6 +62,12 @@ MIN_PARALLEL_FLOPS = 2 * 1024 * 1024
 # than threads only evens out the split.
 PARALLEL_BLOCKS = 16
 
+# Edge of a transpose's cache tile (elements): the input rows a block of register
+# tiles reads are 32 cache lines on 32 pages at most. Without it, a 2048 x 1024
+# transpose walked down 2048 rows of 4 KiB per column of tiles (every row on its
+# own page and in the same L1 set) and took 1.2-1.9 ms against eager's 0.17 ms.
+TRANSPOSE_CACHE_TILE = 32
+
 # Tile edges of a transpose (per dim, the largest of the ISA's transpose_tiles
 # dividing it; other sizes keep the scalar loops): a 16 x 16 float32 tile is 16
 # AVX-512 registers, transposed by the 16 x 16 shuffle network (`lower_transpose`
@@ -66,6 +78,8 @@ PARALLEL_BLOCKS = 16
 class Plan:
     index: int
     script: str  # transform ops on the handle %op<index>
+    # A contraction, whose accumulator must stay in registers across its K loop.
+    contraction: bool = False
 
 
 def _largest_divisor(dim: int, candidates: tuple[int, ...]) -> int:
@@ -140,8 +154,12 @@ def _contraction_plan(op, index: int) -> Plan | None:
     script = ""
     # Large enough: the (M, N) cache tiles (and batches) are an scf.forall, which
     # runs on all cores (cpu_parallel); the rest of the schedule is per tile.
-    if nbatch * m * n * k >= MIN_PARALLEL_FLOPS and nbatch * (m // cm) * (n // cn) >= 2:
-        outer_par = batch + [cm, cn, 0]
+    parallel = nbatch * m * n * k >= MIN_PARALLEL_FLOPS
+    if parallel:
+        pm, pn = _parallel_tiles(m, n, cm, cn, rm, rn, nbatch)
+        parallel = nbatch * (m // pm) * (n // pn) >= 2
+    if parallel:
+        outer_par = batch + [pm, pn, 0]
         script += (
             f"    %p{index}, %pl{index} = transform.structured.tile_using_forall {h} "
             f"tile_sizes {outer_par} : (!transform.any_op) -> (!transform.any_op, "
@@ -168,7 +186,22 @@ def _contraction_plan(op, index: int) -> Plan | None:
         f"      transform.apply_patterns.memref.fold_memref_alias_ops\n"
         f"    }} : !transform.any_op\n"
     )
-    return Plan(index, script)
+    return Plan(index, script, contraction=True)
+
+
+def _parallel_tiles(m: int, n: int, cm: int, cn: int, rm: int, rn: int,
+                    nbatch: int) -> tuple[int, int]:
+    """(M, N) tile of a parallel contraction's blocks: the cache tile, halved (N first:
+    each thread then reads its own part of B) until there are MIN_PARALLEL_BLOCKS
+    blocks or a half would no longer be whole register tiles."""
+    while nbatch * (m // cm) * (n // cn) < MIN_PARALLEL_BLOCKS:
+        if cn % (2 * rn) == 0 and cn // 2 >= 2 * rn:
+            cn //= 2
+        elif cm % (2 * rm) == 0:
+            cm //= 2
+        else:
+            break
+    return cm, cn
 
 
 def _innermost_reduction_plan(op, index: int) -> Plan | None:
@@ -279,13 +312,46 @@ def _transpose_plan(op, index: int) -> Plan | None:
     tiles = [1] * (rank - 2) + [_largest_divisor(d, edges) for d in shape[-2:]]
     if 1 in tiles[-2:]:
         return None
+    script, h, rows = _parallel_transpose_blocks(f"%op{index}", index, shape, tiles)
+    if rank > 2:
+        rows = shape[-2]
+    # Cache tiles of up to TRANSPOSE_CACHE_TILE square: the register tiles walk one
+    # while its input rows' cache lines and pages are still held.
+    cache = [1] * (rank - 2) + [_cache_tile(rows, tiles[-2], TRANSPOSE_CACHE_TILE),
+                                _cache_tile(shape[-1], tiles[-1], TRANSPOSE_CACHE_TILE)]
+    cache_loops = rank - 2 + sum(1 for c in cache[-2:] if c)
+    cache_handles = ", ".join(["!transform.any_op"] * (cache_loops + 1))
     handles = ", ".join(["!transform.any_op"] * (rank + 1))
-    script = (
-        f"    %r{index}, %rl{index}:{rank} = transform.structured.tile_using_for %op{index} "
+    script += (
+        f"    %t{index}, %tl{index}:{cache_loops} = transform.structured.tile_using_for {h} "
+        f"tile_sizes {cache} : (!transform.any_op) -> ({cache_handles})\n"
+        f"    %r{index}, %rl{index}:{rank} = transform.structured.tile_using_for %t{index} "
         f"tile_sizes {tiles} : (!transform.any_op) -> ({handles})\n"
         f"    transform.structured.vectorize %r{index} : !transform.any_op\n"
     )
     return Plan(index, script)
+
+
+def _parallel_transpose_blocks(handle: str, index: int, shape: list[int],
+                               tiles: list[int]) -> tuple[str, str, int]:
+    """(transform ops, handle of the op inside, result rows per block): a large
+    transpose's outermost result dim split into up to PARALLEL_BLOCKS blocks of whole
+    tiles, run on all cores (eager copies a transposed tensor on all of them);
+    ("", handle, shape[0]) for small ones."""
+    total = 1
+    for extent in shape:
+        total *= extent
+    tiles_0 = shape[0] // tiles[0]
+    if total < cpu_parallel.MIN_PARALLEL_ELEMENTS or tiles_0 < 2:
+        return "", handle, shape[0]
+    # Equal blocks of whole tiles: a partial block would be a dynamic-size tile.
+    blocks = max(b for b in range(1, min(tiles_0, PARALLEL_BLOCKS) + 1) if tiles_0 % b == 0)
+    if blocks < 2:
+        return "", handle, shape[0]
+    block = [shape[0] // blocks] + [0] * (len(shape) - 1)
+    return (f"    %b{index}, %bl{index} = transform.structured.tile_using_forall {handle} "
+            f"tile_sizes {block} : (!transform.any_op) -> (!transform.any_op, "
+            f"!transform.any_op)\n"), f"%b{index}", block[0]
 
 
 def _loop_sizes(op, rank: int) -> list[int] | None:
@@ -355,8 +421,62 @@ def _linalg_ops(module):
     return found
 
 
-def build_script(module) -> str | None:
-    """Tag the ops a strategy fits and return the transform module text (None: nothing to do)."""
+ACCUMULATOR_CAST = "lazymlir.accumulator"
+
+# memref ops whose result is a view of their first operand.
+_VIEW_OPS = frozenset(f"memref.{name}" for name in (
+    "subview", "collapse_shape", "expand_shape", "cast", "reinterpret_cast", "view",
+    "transpose", "assume_alignment"))
+
+
+def _buffer_root(value):
+    """The buffer `value` is a view of (itself if it is not a view)."""
+    from mlir import ir
+
+    while isinstance(value.owner, ir.Operation) and value.owner.name in _VIEW_OPS:
+        value = value.owner.operands[0]
+    return value
+
+
+def _isolate_accumulator(op):
+    """Route a contraction's output buffer through a cast that only this op uses; returns
+    the cast (None where the inputs may share the output's buffer).
+
+    Why: upstream hoist_redundant_vector_transfers keeps the accumulator in memory
+    (a load and a store of the register tile per K step) whenever the buffer it
+    accesses has any view-like user anywhere in the function, as its stand-in for
+    alias analysis. A matmul result that is later reshaped (an MLP loss's
+    flatten, every Linear of a transformer on (batch, seq, dim)) has one. Behind
+    the cast only the tile loops' own transfers use the buffer, which is what the
+    hoisting then checks; the cast is removed after the schedule (`_restore`).
+    Sound because the K loop reads only A and B, which are other buffers.
+    The cast is an unregistered op: the schedule's canonicalizations fold every
+    registered same-type cast away before the hoisting runs."""
+    from mlir import ir
+
+    operands = list(op.operation.operands)
+    output = operands[-1]
+    root = _buffer_root(output)
+    if any(_buffer_root(value) == root for value in operands[:-1]):
+        return None
+    op.operation.context.allow_unregistered_dialects = True
+    with ir.InsertionPoint(op.operation), op.operation.location:
+        cast = ir.Operation.create(ACCUMULATOR_CAST, results=[output.type],
+                                   operands=[output])
+    op.operation.operands[len(operands) - 1] = cast.result
+    return cast
+
+
+def _restore(casts) -> None:
+    for cast in casts:
+        cast.result.replace_all_uses_with(cast.operands[0])
+        cast.erase()
+
+
+def build_script(module, isolated: list | None = None) -> str | None:
+    """Tag the ops a strategy fits and return the transform module text (None: nothing to do).
+    The accumulator casts of contractions (`_isolate_accumulator`) are appended to
+    `isolated` (the caller removes them after the script ran); none without it."""
     from mlir import ir
 
     plans = []
@@ -367,6 +487,10 @@ def build_script(module) -> str | None:
                 op.operation.attributes[TAG] = ir.IntegerAttr.get(
                     ir.IntegerType.get_signless(64), plan.index)
                 plans.append(plan)
+                if plan.contraction and isolated is not None:
+                    cast = _isolate_accumulator(op)
+                    if cast is not None:
+                        isolated.append(cast)
                 break
     if not plans:
         return None
@@ -395,15 +519,20 @@ def apply(module) -> None:
     from mlir import ir
     from mlir.dialects.transform import interpreter
 
-    script = build_script(module)
+    isolated: list = []
+    context = module.context
+    permissive = context.allow_unregistered_dialects
+    script = build_script(module, isolated)
     if script is None:
         return
     transform_module = ir.Module.parse(script)
     entry = transform_module.body.operations[0]
     try:
         interpreter.apply_named_sequence(module.operation, entry, transform_module)
-    except Exception as error:  # the caller retries without the schedule
+    except Exception as error:  # the caller retries (from the text) without the schedule
         raise ScheduleFailure(f"cpu schedule failed: {error}") from None
+    _restore(isolated)
+    context.allow_unregistered_dialects = permissive
     _strip_tags(module)
 
 

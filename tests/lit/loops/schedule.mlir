@@ -112,14 +112,24 @@ module {
 }
 // A transpose of the innermost dims (a Linear's W.t()): 16 x 16 tiles read as
 // 16 rows of 16 contiguous floats, transposed in registers by shuffles, written
-// as 16 rows (not one strided element at a time).
+// as 16 rows (not one strided element at a time). Large enough for threads: the
+// result's 256 rows are 16 blocks of one tile row each, an OpenMP loop; a block
+// walks cache tiles of 16 x 32 (32 input rows at a time).
 // CHECK-LABEL: func.func @transpose$tiled
 // CHECK-SAME: (%[[IN:.*]]: memref<512x256xf32>, %[[OUT:.*]]: memref<256x512xf32>) {
 // CHECK-DAG: %[[C16:.*]] = arith.constant 16 : index
-// CHECK: scf.for %[[I:.*]] = %{{.*}} to %{{.*}} step %[[C16]] {
-// CHECK: scf.for %[[J:.*]] = %{{.*}} to %{{.*}} step %[[C16]] {
-// CHECK: %[[SRC:.*]] = memref.subview %[[IN]][%[[J]], %[[I]]] [16, 16] [1, 1]
-// CHECK: %[[DST:.*]] = memref.subview %[[OUT]][%[[I]], %[[J]]] [16, 16] [1, 1]
+// CHECK-DAG: %[[C32:.*]] = arith.constant 32 : index
+// CHECK: omp.parallel {
+// CHECK: omp.loop_nest (%[[B:.*]]) : index = (%{{.*}}) to (%[[C16]]) step
+// CHECK: %[[I:.*]] = affine.apply #{{.*}}(%[[B]])
+// CHECK: %[[BIN:.*]] = memref.subview %[[IN]][0, %[[I]]] [512, 16] [1, 1]
+// CHECK: %[[BOUT:.*]] = memref.subview %[[OUT]][%[[I]], 0] [16, 512] [1, 1]
+// CHECK: scf.for %[[T:.*]] = %{{.*}} to %{{.*}} step %[[C32]] {
+// CHECK: %[[TIN:.*]] = memref.subview %[[BIN]][%[[T]], 0] [32, 16] [1, 1]
+// CHECK: %[[TOUT:.*]] = memref.subview %[[BOUT]][0, %[[T]]] [16, 32] [1, 1]
+// CHECK: scf.for %[[J:.*]] = %{{.*}} to %[[C32]] step %[[C16]] {
+// CHECK: %[[SRC:.*]] = memref.subview %[[TIN]][%[[J]], 0] [16, 16] [1, 1]
+// CHECK: %[[DST:.*]] = memref.subview %[[TOUT]][0, %[[J]]] [16, 16] [1, 1]
 // CHECK: vector.transfer_read %[[SRC]]{{.*}} : memref<16x16xf32, strided<[256, 1], offset: ?>>, vector<16x16xf32>
 // CHECK-COUNT-64: vector.shuffle
 // CHECK: vector.transfer_write %{{.*}}, %[[DST]]{{.*}} : vector<16x16xf32>, memref<16x16xf32, strided<[512, 1], offset: ?>>
@@ -223,3 +233,37 @@ module {
 // CHECK: scf.for
 // CHECK: arith.mulf
 // CHECK: return
+
+// -----
+
+// lazymlir-stage: bufferized
+module {
+  func.func @mm$viewed_result(%arg0: memref<64x512xf32>, %arg1: memref<512x256xf32>, %arg2: memref<16384xf32>) {
+    %cst = arith.constant 0.000000e+00 : f32
+    %alloc = memref.alloc() {alignment = 64 : i64} : memref<64x256xf32>
+    linalg.fill ins(%cst : f32) outs(%alloc : memref<64x256xf32>)
+    linalg.matmul ins(%arg0, %arg1 : memref<64x512xf32>, memref<512x256xf32>) outs(%alloc : memref<64x256xf32>)
+    %flat = memref.collapse_shape %alloc [[0, 1]] : memref<64x256xf32> into memref<16384xf32>
+    memref.copy %flat, %arg2 : memref<16384xf32> to memref<16384xf32>
+    return
+  }
+}
+// A matmul whose result buffer is also reshaped (an MLP's loss flattens it): its
+// accumulator still stays in registers across K (upstream's hoisting alone keeps
+// it in memory when the buffer has any view), and its single 64 x 256 cache tile
+// is split into 4 blocks of 64 x 64 for the threads.
+// CHECK-LABEL: func.func @mm$viewed_result
+// CHECK-NOT: lazymlir.accumulator
+// CHECK-DAG: %[[C4:.*]] = arith.constant 4 : index
+// CHECK: %[[ACC:.*]] = memref.alloc() {{.*}} : memref<64x256xf32>
+// CHECK: omp.parallel {
+// CHECK: omp.loop_nest (%{{.*}}) : index = (%{{.*}}) to (%[[C4]]) step
+// CHECK: scf.for
+// CHECK: scf.for
+// CHECK: %[[TILE:.*]] = vector.transfer_read %[[ACC]]{{.*}} vector<8x32xf32>
+// CHECK: %[[RES:.*]] = scf.for {{.*}} iter_args(%{{.*}} = %[[TILE]]) -> (vector<8x32xf32>) {
+// CHECK-NOT: vector.transfer_write
+// CHECK: scf.yield
+// CHECK: vector.transfer_write %[[RES]], %[[ACC]]
+// CHECK: memref.collapse_shape %[[ACC]]
+
