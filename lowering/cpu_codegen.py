@@ -63,6 +63,7 @@ def _tools() -> dict[str, str]:
         "llc": str(_package_dir("llvm", "bin", "llc")),
         "opt": str(_package_dir("llvm", "bin", "opt")),
         "llvm-split": str(_package_dir("llvm", "bin", "llvm-split")),
+        "llvm-dis": str(_package_dir("llvm", "bin", "llvm-dis")),
         "runner-utils": str(_package_dir("mlir", "lib")),
         "cc": cc,
     }
@@ -147,16 +148,27 @@ def build_shared_object(llvm_dialect, directory: Path) -> Path:
     # The module has no triple: name the host's, or opt has no target cost model.
     target = [f"-mtriple={HOST_TRIPLE}", "-mcpu=native"]
     vector_math_opt, vector_math_link = _vector_math()
-    if vector_math_opt:  # erff & co.: libmvec variants LLVM's own table lacks
-        ll_file.write_text(cpu_vector_math.annotate(ll_file.read_text()))
     parts = _split(ll_file, directory)
 
     def compile_part(part: Path) -> Path:
         optimized, obj = Path(f"{part}.opt.bc"), Path(f"{part}.o")
-        _run([tools["opt"], "-O3", *target, *vector_math_opt, str(part), "-o", str(optimized)])
+        source = part
+        if vector_math_opt:
+            # erff & co.: libmvec variants LLVM's own table lacks. Per part: the
+            # `llvm.compiler.used` that keeps the vector declarations alive is one
+            # global, which llvm-split puts in one part; the other parts' GELU loops
+            # stayed scalar (one erff call per element) in a GPT forward graph.
+            # llvm-split writes bitcode (its -S is ignored): the pass edits text.
+            if part != ll_file:
+                source = Path(f"{part}.ll")
+                _run([tools["llvm-dis"], str(part), "-o", str(source)])
+            source.write_text(cpu_vector_math.annotate(source.read_text()))
+        _run([tools["opt"], "-O3", *target, *vector_math_opt, str(source), "-o", str(optimized)])
         _run([tools["llc"], "-O3", *target, "-filetype=obj", "-relocation-model=pic",
               str(optimized), "-o", str(obj)])
         optimized.unlink()
+        if source != part:
+            source.unlink()
         return obj
 
     with ThreadPoolExecutor(max_workers=len(parts)) as pool:
