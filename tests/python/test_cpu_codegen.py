@@ -7,6 +7,8 @@ one shared object: the object must compute what the unsplit one does.
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 import torch
 from conftest import target_name
@@ -130,3 +132,45 @@ def test_parallel_nests_are_outlined_before_they_become_openmp_regions():
     main = loops[loops.index("func.func @main"):]
     assert "omp.parallel" not in main and main.count("call @main$nest0(") == 8, loops
     assert loops.count("func.func private @main$nest") == 1 and "omp.parallel" in loops
+
+
+def _functions_calling(so, symbol: str) -> set[str]:
+    """Names of the functions in `so` whose code calls `symbol` (objdump -d)."""
+    listing = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(so)],
+                             capture_output=True, text=True, check=True).stdout
+    found, current = set(), None
+    for line in listing.splitlines():
+        if line.endswith(">:"):
+            current = line.split("<", 1)[1][:-2]
+        elif current and f"<{symbol}@plt>" in line:
+            found.add(current)
+    return found
+
+
+def test_split_parts_keep_the_vector_math_variants(tmp_path, monkeypatch):
+    """Every nest calls erff. Split into 3 parts, each part's loops must still call glibc's
+    vector erff as the unsplit module's do: the declarations that offer it to LLVM's
+    vectorizer were kept alive in one part only, and the other parts' loops stayed scalar."""
+    text = _loops_module()
+    for k in range(NESTS):
+        text = text.replace(f"%w{k} = arith.addf %u{k}, %k{k} : f32",
+                            f"%e{k} = math.erf %u{k} : f32\n"
+                            f"      %w{k} = arith.addf %e{k}, %k{k} : f32")
+    loops = str(cpu_pipeline.to_loops(text))
+    (tmp_path / "whole").mkdir()
+    (tmp_path / "split").mkdir()
+    whole = cpu_codegen.build_shared_object(str(cpu_pipeline.to_llvm(loops)), tmp_path / "whole")
+    vector_erf = "_ZGVdN8v_erff"
+    expected = _functions_calling(whole, vector_erf)
+    if not expected:
+        pytest.skip("this host's libm offers no AVX2 vector erff")
+    monkeypatch.setattr(cpu_codegen, "SPLIT_MIN_BYTES", 1)
+    monkeypatch.setattr(cpu_codegen.os, "cpu_count", lambda: 3)
+    split = cpu_codegen.build_shared_object(str(cpu_pipeline.to_llvm(loops)), tmp_path / "split")
+    assert _functions_calling(split, vector_erf) == expected
+    x = torch.randn(256)
+    (out,) = CpuExecutable(split, [((256,), torch.float32)]).run([x])
+    want = x
+    for k in range(NESTS):
+        want = torch.erf(want + x) + k
+    torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
