@@ -174,7 +174,8 @@ def test_changing_batch_sizes_compile_once_per_shape(dynamic):
     forward = torch.compile(compiled, backend="lazymlir", dynamic=dynamic)
     opts = [torch.optim.SGD(m.parameters(), lr=0.05) for m in (eager, compiled)]
     torch.manual_seed(1)
-    for batch in (4, 6, 4, 6, 3):
+    compiles = []
+    for batch in (4, 6, 4, 6, 3, 4, 6, 3):
         x, y = torch.randn(batch, 8), torch.randn(batch, 4)
         losses = []
         for model, opt in zip((eager, forward), opts):
@@ -184,10 +185,14 @@ def test_changing_batch_sizes_compile_once_per_shape(dynamic):
             opt.step()
             losses.append(loss.item())
         assert losses[1] == pytest.approx(losses[0], rel=1e-5, abs=1e-6), batch
+        compiles.append(metrics.counter("UncachedCompile") + metrics.counter("DiskCacheHit"))
     _assert_same_state(eager, compiled)
     assert_no_fallback()
-    # batch 4 and 6 again are cache hits; 3 shapes x (forward, backward) compiles at most.
-    assert metrics.counter("UncachedCompile") + metrics.counter("DiskCacheHit") <= 6
+    # (forward, backward) per shape, plus (automatic) the first shape's static graphs:
+    # the min-cut partitioner splits the symbolic graph Dynamo traces after the first
+    # change differently, so its specialization for batch 4 is another graph.
+    assert compiles[-1] <= (8 if dynamic is None else 6)
+    assert compiles[-1] == compiles[4], "shapes seen before compiled again"
 
 
 @pytest.mark.parametrize("model_name,opt_name", CASES, ids=[f"{m}-{o}" for m, o in CASES])
