@@ -7,7 +7,7 @@ textual, which was verified to round-trip.
 
 from __future__ import annotations
 
-from . import fx_graph, numerics, tmtensor
+from . import fx_graph, numerics, tmtensor, unused_results
 from .mlir_runner import TORCH_MLIR, print_module, run_pipeline
 
 TORCH_BACKEND_PIPELINE = (
@@ -46,6 +46,10 @@ def to_torch_backend(text: str):
 
 def to_linalg(text: str):
     module = run_pipeline(TORCH_MLIR, text, LINALG_PIPELINE)
+    # The argmax half of every decomposed amax (softmax): unused, and it kept the
+    # reduction a scalar loop on one thread (unused_results.py).
+    with module.context:
+        unused_results.drop_unused_results(module, TORCH_MLIR.ir)
     # TMTensor ops (scatter, scan, sort...) that only this build knows become
     # scf loops over buffers before the handoff (tmtensor.py).
     return tmtensor.to_loops(module)

@@ -63,3 +63,42 @@ module {
 // CHECK-SAME: (%[[ARG0:.*]]: tensor<4x8xf32>, %[[ARG1:.*]]: tensor<8x16xf32>) -> tensor<4x16xf32> {
 // CHECK: %[[V:.*]] = linalg.fill ins(%[[CST:.*]] : f32) outs(%[[V_2:.*]] : tensor<4x16xf32>) -> tensor<4x16xf32>
 // CHECK: return %{{.*}} : tensor<4x16xf32>
+
+// -----
+
+// lazymlir-stage: torch-backend
+module {
+  func.func @max_dim$values_only(%arg0: !torch.vtensor<[8,64],f32>) -> !torch.vtensor<[8,1],f32> {
+    %int1 = torch.constant.int 1
+    %true = torch.constant.bool true
+    %values, %indices = torch.aten.max.dim %arg0, %int1, %true : !torch.vtensor<[8,64],f32>, !torch.int, !torch.bool -> !torch.vtensor<[8,1],f32>, !torch.vtensor<[8,1],si64>
+    return %values : !torch.vtensor<[8,1],f32>
+  }
+}
+// The max of a decomposed amax (every softmax): the argmax half of the reduction
+// is unused, so it is dropped (lowering/unused_results.py); no i64 index is
+// computed or stored per element.
+// CHECK-LABEL: func.func @max_dim$values_only
+// CHECK: linalg.generic {{.*}} iterator_types = ["parallel", "reduction"]} ins(%{{.*}} : tensor<8x64xf32>) outs(%{{.*}} : tensor<8xf32>) {
+// CHECK-NEXT: ^bb0(%[[IN:.*]]: f32, %[[OUT:.*]]: f32):
+// CHECK-NEXT: %[[MAX:.*]] = arith.maximumf %[[IN]], %[[OUT]] : f32
+// CHECK-NEXT: linalg.yield %[[MAX]] : f32
+// CHECK-NOT: i64
+// CHECK: return
+
+// -----
+
+// lazymlir-stage: torch-backend
+module {
+  func.func @max_dim$both(%arg0: !torch.vtensor<[8,64],f32>) -> (!torch.vtensor<[8],f32>, !torch.vtensor<[8],si64>) {
+    %int1 = torch.constant.int 1
+    %false = torch.constant.bool false
+    %values, %indices = torch.aten.max.dim %arg0, %int1, %false : !torch.vtensor<[8,64],f32>, !torch.int, !torch.bool -> !torch.vtensor<[8],f32>, !torch.vtensor<[8],si64>
+    return %values, %indices : !torch.vtensor<[8],f32>, !torch.vtensor<[8],si64>
+  }
+}
+// Both halves used: the two-result reduction stays.
+// CHECK-LABEL: func.func @max_dim$both
+// CHECK: linalg.generic {{.*}} outs(%{{.*}}, %{{.*}} : tensor<8xf32>, tensor<8xi64>)
+// CHECK: arith.select
+// CHECK: linalg.yield %{{.*}}, %{{.*}} : f32, i64
