@@ -164,8 +164,11 @@ def build_shared_object(llvm_dialect, directory: Path) -> Path:
                 _run([tools["llvm-dis"], str(part), "-o", str(source)])
             source.write_text(cpu_vector_math.annotate(source.read_text()))
         _run([tools["opt"], "-O3", *target, *vector_math_opt, str(source), "-o", str(optimized)])
-        _run([tools["llc"], "-O3", *target, "-filetype=obj", "-relocation-model=pic",
-              str(optimized), "-o", str(obj)])
+        # The vector library for llc too: its ReplaceWithVeclib pass turns the vector
+        # math intrinsics of MLIR-vectorized loops (llvm.exp.v8f32) into libmvec calls,
+        # which llc otherwise expands into one scalar expf call per lane.
+        _run([tools["llc"], "-O3", *target, *vector_math_opt, "-filetype=obj",
+              "-relocation-model=pic", str(optimized), "-o", str(obj)])
         optimized.unlink()
         if source != part:
             source.unlink()

@@ -31,6 +31,10 @@ class VectorIsa:
     reg_k: tuple[int, ...]
     # Innermost-reduction step: one vector of this many elements per step.
     reduction_tiles: tuple[int, ...]
+    # f32 lanes of one vector register: the step of a reduction whose payload calls
+    # libm (exp, log...), so that each call is one libmvec call (_ZGVdN8v_expf); LLVM
+    # maps no wider vector and calls scalar expf per element for vector<128xf32>.
+    lanes: int
     # Transpose tile edges and the vector.transpose lowering for them.
     transpose_tiles: tuple[int, ...]
     transpose_lowering: str
@@ -40,7 +44,7 @@ ISAS = {
     # 32 zmm registers of 16 f32: 8 x 32 accumulators = 16 registers, leaving room for
     # the B rows and A broadcasts; a 16 x 16 transpose is one shuffle network.
     "avx512": VectorIsa("avx512", (8, 4, 2), (32, 16, 8), (4, 2),
-                        (256, 128, 64, 32, 16, 8), (16, 8),
+                        (256, 128, 64, 32, 16, 8), 16, (16, 8),
                         'lowering_strategy = "shuffle_16x16"'),
     # 16 ymm registers of 8 f32: 6 x 16 accumulators = 12 registers (BLIS's Haswell
     # kernel shape; 4 x 16 where 6 does not divide M), 2 for B, 1-2 for broadcasts.
@@ -50,7 +54,7 @@ ISAS = {
     # 17-21 us as 8 x 8; 2048 x 1024: 2266 us against 279 us; 32 x 64 x 32 batched:
     # 41 us against 14 us (/tmp/prof/direct.py, seventh session).
     "avx2": VectorIsa("avx2", (6, 4, 2), (16, 8), (4, 2),
-                      (128, 64, 32, 16, 8), (8,),
+                      (128, 64, 32, 16, 8), 8, (8,),
                       "avx2_lowering_strategy = true"),
 }
 

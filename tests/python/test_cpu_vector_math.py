@@ -102,3 +102,43 @@ def test_gelu_forward_and_backward_match_eager(approximate):
     for a, e in zip(actual, expected):
         torch.testing.assert_close(a, e, rtol=1e-5, atol=1e-5, equal_nan=True)
     assert_no_fallback()
+
+
+EXP_SUM = """// lazymlir-stage: bufferized
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#map1 = affine_map<(d0, d1) -> (d0)>
+module {
+  func.func @main(%arg0: memref<64x1024xf32>, %arg1: memref<64xf32>) {
+    %zero = arith.constant 0.0 : f32
+    linalg.fill ins(%zero : f32) outs(%arg1 : memref<64xf32>)
+    linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["parallel", "reduction"]}
+        ins(%arg0 : memref<64x1024xf32>) outs(%arg1 : memref<64xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %0 = math.exp %in : f32
+      %1 = arith.addf %0, %out : f32
+      linalg.yield %1 : f32
+    }
+    return
+  }
+}
+"""
+
+
+@needs_libmvec
+@pytest.mark.skipif(target_name() != "cpu", reason="CPU code generation")
+def test_vectorized_exp_of_a_reduction_calls_libmvec(tmp_path):
+    """The schedule vectorizes a softmax's exp-sum itself (MLIR vectors, not LLVM's loop
+    vectorizer): its exp must still be a vector libmvec call, not one scalar expf per
+    element (log_softmax took 3x eager's time that way)."""
+    from lazymlir.lowering import cpu_pipeline
+    from lazymlir.targets.cpu import CpuExecutable
+
+    loops = cpu_pipeline.to_loops(EXP_SUM)
+    so = cpu_codegen.build_shared_object(str(cpu_pipeline.to_llvm(str(loops))), tmp_path)
+    listing = subprocess.run(["objdump", "-d", str(so)], capture_output=True, text=True,
+                             check=True).stdout
+    assert "_ZGVdN8v_expf@plt>" in listing or "_ZGVeN16v_expf@plt>" in listing
+    assert "<expf@plt>" not in listing and "<__expf_finite@plt>" not in listing
+    x = torch.randn(64, 1024)
+    (out,) = CpuExecutable(so, [((64,), torch.float32)]).run([x])
+    torch.testing.assert_close(out, x.exp().sum(-1), rtol=1e-5, atol=1e-3)

@@ -267,3 +267,29 @@ module {
 // CHECK: vector.transfer_write %[[RES]], %[[ACC]]
 // CHECK: memref.collapse_shape %[[ACC]]
 
+
+// -----
+
+// lazymlir-stage: bufferized
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#map1 = affine_map<(d0, d1) -> (d0)>
+module {
+  func.func @expsum$rows(%arg0: memref<64x1024xf32>, %arg1: memref<64xf32>) {
+    linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["parallel", "reduction"]} ins(%arg0 : memref<64x1024xf32>) outs(%arg1 : memref<64xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %0 = math.exp %in : f32
+      %1 = arith.addf %0, %out : f32
+      linalg.yield %1 : f32
+    }
+    return
+  }
+}
+// A row reduction whose payload calls libm (a softmax's exp-sum): steps of one
+// vector register (16 floats here), so each exp is one libmvec call; a
+// vector<256xf32> exp became 256 scalar expf calls.
+// CHECK-LABEL: func.func @expsum$rows
+// CHECK-DAG: %[[C16:.*]] = arith.constant 16 : index
+// CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %[[C16]]
+// CHECK: math.exp %{{.*}} : vector<16xf32>
+// CHECK-NOT: vector<256xf32>
+// CHECK: vector.reduction <add>, %{{.*}}, %{{.*}} : vector<16xf32> into f32
