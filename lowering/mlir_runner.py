@@ -95,3 +95,12 @@ def run_pipeline(bindings: Bindings, text: str, pipeline: str | None,
 
 def print_module(module) -> str:
     return module.operation.get_asm(enable_debug_info=False)
+
+
+def walk(op):
+    """`op` and every op nested in it, in pre-order (either binding's Operation)."""
+    yield op
+    for region in op.regions:
+        for block in region.blocks:
+            for nested in block.operations:
+                yield from walk(nested.operation)

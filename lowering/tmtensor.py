@@ -25,7 +25,7 @@ tensor's first use. `to_loops` adds the marker to exactly those.
 
 from __future__ import annotations
 
-from .mlir_runner import TORCH_MLIR, PipelineFailure, print_module, run_pipeline
+from .mlir_runner import TORCH_MLIR, PipelineFailure, print_module, run_pipeline, walk
 
 # torch-mlir passes, run on the output of torch-mlir's linalg pipeline when it has
 # TMTensor ops.
@@ -53,7 +53,7 @@ LOOP_OPS = frozenset({
 
 def to_loops(module):
     """torch-mlir linalg output (module, torch-mlir bindings) -> the same without TMTensor ops."""
-    ops = [op for op in _walk(module.operation) if op.name.startswith("tm_tensor.")]
+    ops = [op for op in walk(module.operation) if op.name.startswith("tm_tensor.")]
     if not ops:
         return module
     for op in ops:
@@ -65,14 +65,6 @@ def to_loops(module):
     _sink_to_buffers(lowered)
     _mark_restrict(lowered)
     return lowered
-
-
-def _walk(op):
-    yield op
-    for region in op.regions:
-        for block in region.blocks:
-            for nested in block.operations:
-                yield from _walk(nested.operation)
 
 
 def _check_sort_length(op) -> None:
@@ -95,7 +87,7 @@ def _sink_to_buffers(module) -> None:
     `tensor.empty`). Right before the loops, nothing runs between the read the
     analysis sees and the real ones.
     """
-    for op in [op for op in _walk(module.operation) if op.name == "bufferization.to_buffer"]:
+    for op in [op for op in walk(module.operation) if op.name == "bufferization.to_buffer"]:
         block = op.block
         users = [_ancestor_in(use.owner, block) for use in op.results[0].uses]
         users = [u for u in users if u is not None]
@@ -117,7 +109,7 @@ def _ancestor_in(op, block):
 def _mark_restrict(module) -> None:
     """Mark `to_tensor` of freshly allocated buffers `restrict`."""
     with module.context:
-        for op in _walk(module.operation):
+        for op in walk(module.operation):
             if (op.name == "bufferization.to_tensor" and "restrict" not in op.attributes
                     and _allocated(op.operands[0])):
                 op.attributes["restrict"] = TORCH_MLIR.ir.UnitAttr.get()

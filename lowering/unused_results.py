@@ -17,19 +17,13 @@ module supplies the `ir` classes).
 
 from __future__ import annotations
 
-
-def _walk(op):
-    yield op
-    for region in op.regions:
-        for block in region.blocks:
-            for nested in block.operations:
-                yield from _walk(nested.operation)
+from .mlir_runner import walk
 
 
 def drop_unused_results(module, ir) -> int:
     """Rewrite `module` (of the binding whose `ir` module is given) in place; returns
     how many generics lost results."""
-    generics = [op for op in _walk(module.operation)
+    generics = [op for op in walk(module.operation)
                 if op.name == "linalg.generic" and len(op.results) >= 2]
     return sum(1 for op in generics if _rewrite(op, ir))
 
