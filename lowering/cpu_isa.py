@@ -50,9 +50,11 @@ ISAS = {
     # kernel shape; 4 x 16 where 6 does not divide M), 2 for B, 1-2 for broadcasts.
     # Transposes are 8 x 8 tiles (8 registers) through MLIR's AVX2-specialized
     # shuffles: a 16 x 16 tile is 32 ymm registers and spilled. Zen 3, 2 threads,
-    # `w.t() * 2` (the multiply is ~15 us) on 512 x 256: 62-81 us as 16 x 16 tiles,
-    # 17-21 us as 8 x 8; 2048 x 1024: 2266 us against 279 us; 32 x 64 x 32 batched:
-    # 41 us against 14 us (/tmp/prof/direct.py, seventh session).
+    # both in parallel blocks with 32 x 32 cache tiles, `w.t() * 2` (the multiply
+    # is ~15 us of it at 512 x 256), exe.run only, LAZYMLIR_FALLBACK=error: 512 x 256
+    # 48 us as 16 x 16 tiles, 33 us as 8 x 8 (48 us through `shuffle_1d`); 2048 x 1024
+    # 1.30 ms against 0.97 ms; 32 x 64 x 32 batched 17 us either way
+    # (/tmp/prof/direct.py, seventh session).
     "avx2": VectorIsa("avx2", (6, 4, 2), (16, 8), (4, 2),
                       (128, 64, 32, 16, 8), 8, (8,),
                       "avx2_lowering_strategy = true"),
