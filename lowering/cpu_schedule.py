@@ -305,6 +305,25 @@ def _parallel_elementwise_plan(op, index: int) -> Plan | None:
     return Plan(index, script) if script else None
 
 
+def _parallel_rows_plan(op, index: int) -> Plan | None:
+    """A large generic with a parallel outermost loop and reductions inside that no
+    strategy above vectorizes (non-f32 operands: argmax's index, float64 statistics,
+    integer sums, any/all): its outermost loop split into blocks run on all cores, each
+    block the same scalar loops. `torch.max(x, -1)` of 2048 x 256 took 4.1 ms on one
+    core against eager's 0.48 ms."""
+    if op.operation.name != "linalg.generic":
+        return None
+    iterators = [str(it) for it in op.operation.attributes["iterator_types"]]
+    if len(iterators) < 2 or "parallel" not in iterators[0] or \
+            all("parallel" in it for it in iterators):
+        return None
+    loop_sizes = _loop_sizes(op, len(iterators))
+    if loop_sizes is None:
+        return None
+    script, _ = _parallel_outer_blocks(f"%op{index}", index, loop_sizes, iterators)
+    return Plan(index, script) if script else None
+
+
 def _transpose_plan(op, index: int) -> Plan | None:
     """Vectorize a transpose of the two innermost dims (a Linear's weight W.t(), q @ k.t()).
 
@@ -393,7 +412,7 @@ def _loop_sizes(op, rank: int) -> list[int] | None:
 
 
 STRATEGIES = (_contraction_plan, _innermost_reduction_plan, _transpose_plan,
-              _parallel_elementwise_plan)
+              _parallel_elementwise_plan, _parallel_rows_plan)
 
 # After the per-op steps, on the whole function: turn the vectorized
 # matmuls into vector.contract, CSE (so a transfer pair has equal indices),

@@ -293,3 +293,32 @@ module {
 // CHECK: math.exp %{{.*}} : vector<16xf32>
 // CHECK-NOT: vector<256xf32>
 // CHECK: vector.reduction <add>, %{{.*}}, %{{.*}} : vector<16xf32> into f32
+
+// -----
+
+// lazymlir-stage: bufferized
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#map1 = affine_map<(d0, d1) -> (d0)>
+module {
+  func.func @argmax$threads(%arg0: memref<512x256xf32>, %arg1: memref<512xf32>, %arg2: memref<512xi64>) {
+    linalg.generic {indexing_maps = [#map, #map1, #map1], iterator_types = ["parallel", "reduction"]} ins(%arg0 : memref<512x256xf32>) outs(%arg1, %arg2 : memref<512xf32>, memref<512xi64>) {
+    ^bb0(%in: f32, %out: f32, %out_0: i64):
+      %0 = linalg.index 1 : index
+      %1 = arith.index_cast %0 : index to i64
+      %2 = arith.maximumf %in, %out : f32
+      %3 = arith.cmpf ogt, %in, %out : f32
+      %4 = arith.select %3, %1, %out_0 : i64
+      linalg.yield %2, %4 : f32, i64
+    }
+    return
+  }
+}
+// A row reduction no vector strategy takes (an argmax, with its i64 index):
+// its rows still split into 16 blocks for the threads, each block scalar loops.
+// CHECK-LABEL: func.func @argmax$threads
+// CHECK-DAG: %[[C16:.*]] = arith.constant 16 : index
+// CHECK: omp.parallel {
+// CHECK: omp.loop_nest (%{{.*}}) : index = (%{{.*}}) to (%[[C16]]) step
+// CHECK: scf.for
+// CHECK: scf.for
+// CHECK: arith.select
