@@ -11,8 +11,8 @@ two such scalar loops, on one thread.
 
 Here a result is dropped when it has no uses and the payload needs its block
 argument only for the values it yields for dropped results; the ops computing
-only those values are erased. Works with either MLIR binding (the op's own
-module supplies the `ir` classes).
+only those values are erased. Works with either MLIR binding (the caller passes
+its binding's `ir` module).
 """
 
 from __future__ import annotations
