@@ -9,8 +9,8 @@ from __future__ import annotations
 import logging
 import re
 
-from . import (bf16_rounding, buffer_copies, cpu_fusion, cpu_outline, cpu_parallel,
-               cpu_schedule, i1_storage, transpose_folding)
+from . import (bf16_rounding, buffer_copies, c_interface, cpu_fusion, cpu_outline,
+               cpu_parallel, cpu_schedule, i1_storage, transpose_folding)
 from .mlir_runner import UPSTREAM, run_pipeline
 from .unique_results import copy_repeated_results
 
@@ -183,4 +183,6 @@ def to_llvm(text: str):
 
     module = run_pipeline(UPSTREAM, text, LLVM_PIPELINE, before=before)
     cpu_outline.apply_noalias(module, noalias)
+    with module.context:
+        c_interface.fold_into_c_interfaces(module)
     return module

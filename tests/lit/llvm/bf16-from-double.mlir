@@ -17,7 +17,8 @@ module {
     return
   }
 }
-// CHECK-LABEL: llvm.func @store$f64_to_bf16(
+// CHECK-LABEL: llvm.func @_mlir_ciface_store$f64_to_bf16(
+// CHECK: llvm.br ^bb1(
 // CHECK: %[[D:.*]] = llvm.load %{{.*}} : !llvm.ptr -> f64
 // CHECK: %[[F:.*]] = llvm.fptrunc %[[D]] : f64 to f32
 // CHECK: %[[B:.*]] = llvm.fptrunc %[[F]] : f32 to bf16

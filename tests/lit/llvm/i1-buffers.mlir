@@ -29,7 +29,8 @@ module {
     return %3 : tensor<4xf32>
   }
 }
-// CHECK-LABEL: llvm.func @loop$load_store
+// CHECK-LABEL: llvm.func @_mlir_ciface_loop$load_store(
+// CHECK: llvm.br ^bb1(
 // CHECK: %[[BYTE:.*]] = llvm.zext %{{.*}} : i1 to i8
 // CHECK: llvm.store %[[BYTE]], %{{.*}} : i8, !llvm.ptr
 // CHECK: %[[LOADED:.*]] = llvm.load %{{.*}} : !llvm.ptr -> i8

@@ -32,8 +32,8 @@ module {
 // CHECK-LABEL: llvm.func internal @nests$nest0(
 // CHECK-SAME: %{{[a-z0-9]*}}: !llvm.ptr, %{{[a-z0-9]*}}: !llvm.ptr, %{{[a-z0-9]*}}: i64, %{{[a-z0-9]*}}: i64, %{{[a-z0-9]*}}: i64, %{{[a-z0-9]*}}: !llvm.ptr, %{{[a-z0-9]*}}: !llvm.ptr {llvm.noalias}, %{{[a-z0-9]*}}: i64, %{{[a-z0-9]*}}: i64, %{{[a-z0-9]*}}: i64) attributes {passthrough = ["noinline"]
 // CHECK: llvm.mlir.constant(64 : index)
-// CHECK-LABEL: llvm.func @nests(
+// CHECK-LABEL: llvm.func @_mlir_ciface_nests(
+// CHECK: llvm.br ^bb1(
 // CHECK-COUNT-2: llvm.call @nests$nest0(
 // CHECK: llvm.return
-// CHECK: llvm.func @_mlir_ciface_nests(
 // CHECK-NOT: _mlir_ciface_nests$nest

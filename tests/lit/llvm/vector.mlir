@@ -11,7 +11,8 @@ module {
     return
   }
 }
-// CHECK-LABEL: llvm.func @mm$fma(
+// CHECK-LABEL: llvm.func @_mlir_ciface_mm$fma(
+// CHECK: llvm.br ^bb1(
 // CHECK: llvm.load %{{.*}} : !llvm.ptr -> vector<32xf32>
 // CHECK: llvm.intr.fmuladd(%{{.*}}, %{{.*}}, %{{.*}}) : (vector<32xf32>, vector<32xf32>, vector<32xf32>) -> vector<32xf32>
 // CHECK: llvm.store %{{.*}}, %{{.*}} {{.*}}: vector<32xf32>, !llvm.ptr
@@ -33,7 +34,8 @@ module {
   }
 }
 // Horizontal sums may reassociate (a shuffle tree in the backend).
-// CHECK-LABEL: llvm.func @sum$rows(
+// CHECK-LABEL: llvm.func @_mlir_ciface_sum$rows(
+// CHECK: llvm.br ^bb1(
 // CHECK: llvm.load %{{.*}} : !llvm.ptr -> vector<64xf32>
 // CHECK: "llvm.intr.vector.reduce.fadd"(%{{.*}}, %{{.*}}) <{fastmathFlags = #llvm.fastmath<reassoc>}> : (f32, vector<64xf32>) -> f32
 // CHECK: llvm.return
@@ -50,7 +52,8 @@ module {
 // A parallel loop (lowering/cpu_parallel.py) stays an OpenMP region with LLVM
 // types: mlir-translate outlines it into __kmpc_fork_call/static-schedule calls,
 // which lazymlir/targets/cpu_threads.py implements on PyTorch's libgomp.
-// CHECK-LABEL: llvm.func @mm$threads(
+// CHECK-LABEL: llvm.func @_mlir_ciface_mm$threads(
+// CHECK: llvm.br ^bb1(
 // CHECK: omp.parallel {
 // CHECK: omp.wsloop {
 // CHECK: omp.loop_nest
