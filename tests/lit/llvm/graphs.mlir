@@ -18,7 +18,7 @@ module {
   }
 }
 // CHECK-LABEL: llvm.func @_mlir_ciface_view$transpose(
-// CHECK-SAME: %{{.*}}: !llvm.ptr) attributes {llvm.emit_c_interface} {
+// CHECK-SAME: %{{.*}}: !llvm.ptr) attributes {llvm.emit_c_interface, tune_cpu = "generic"} {
 // CHECK: llvm.br ^bb1(
 // CHECK: llvm.store %{{.*}}, %{{.*}} : f32, !llvm.ptr
 // CHECK: llvm.return
@@ -72,7 +72,7 @@ module {
   }
 }
 // CHECK-LABEL: llvm.func @_mlir_ciface_mlp$multi(
-// CHECK-SAME: %{{.*}}: !llvm.ptr) attributes {llvm.emit_c_interface} {
+// CHECK-SAME: %{{.*}}: !llvm.ptr) attributes {llvm.emit_c_interface, tune_cpu = "generic"} {
 // CHECK: llvm.br ^bb1(
 // Temporaries come from lazymlir/targets/cpu_alloc.py's caching allocator, not malloc/free.
 // CHECK-NOT: @malloc

@@ -21,7 +21,7 @@ module {
   }
 }
 // CHECK-LABEL: llvm.func @_mlir_ciface_relu$basic(
-// CHECK-SAME: %{{.*}}: !llvm.ptr) attributes {llvm.emit_c_interface} {
+// CHECK-SAME: %{{.*}}: !llvm.ptr) attributes {llvm.emit_c_interface, tune_cpu = "generic"} {
 // CHECK: llvm.br ^bb1(
 // CHECK: %[[V:.*]] = llvm.fcmp "ugt" %{{.*}}, %{{.*}} : f32
 // CHECK: %[[V_2:.*]] = llvm.select %[[V]], %{{.*}}, %{{.*}} : i1, f32
@@ -53,7 +53,7 @@ module {
   }
 }
 // CHECK-LABEL: llvm.func @_mlir_ciface_add$broadcast(
-// CHECK-SAME: %{{.*}}: !llvm.ptr) attributes {llvm.emit_c_interface} {
+// CHECK-SAME: %{{.*}}: !llvm.ptr) attributes {llvm.emit_c_interface, tune_cpu = "generic"} {
 // CHECK: llvm.br ^bb1(
 // CHECK: %[[V:.*]] = llvm.fadd %{{.*}}, %{{.*}} : f32
 // CHECK: llvm.store %[[V]], %{{.*}} : f32, !llvm.ptr
@@ -84,7 +84,7 @@ module {
   }
 }
 // CHECK-LABEL: llvm.func @_mlir_ciface_sum$dim(
-// CHECK-SAME: %{{.*}}: !llvm.ptr) attributes {llvm.emit_c_interface} {
+// CHECK-SAME: %{{.*}}: !llvm.ptr) attributes {llvm.emit_c_interface, tune_cpu = "generic"} {
 // CHECK: llvm.br ^bb1(
 // CHECK: llvm.store %{{.*}}, %{{.*}} : f32, !llvm.ptr
 // CHECK: %[[V:.*]] = llvm.fadd %{{.*}}, %{{.*}} : f32
@@ -122,7 +122,7 @@ module {
   }
 }
 // CHECK-LABEL: llvm.func @_mlir_ciface_mm$basic(
-// CHECK-SAME: %{{.*}}: !llvm.ptr) attributes {llvm.emit_c_interface} {
+// CHECK-SAME: %{{.*}}: !llvm.ptr) attributes {llvm.emit_c_interface, tune_cpu = "generic"} {
 // CHECK: llvm.br ^bb1(
 // CHECK: llvm.store %{{.*}}, %{{.*}} : f32, !llvm.ptr
 // CHECK: %[[V:.*]] = llvm.fmul %{{.*}}, %{{.*}} : f32
