@@ -31,9 +31,8 @@ class VectorIsa:
     reg_k: tuple[int, ...]
     # Innermost-reduction step: one vector of this many elements per step.
     reduction_tiles: tuple[int, ...]
-    # f32 lanes of one vector register: the step of a reduction whose payload calls
-    # libm (exp, log...), so that each call is one libmvec call (_ZGVdN8v_expf); LLVM
-    # maps no wider vector and calls scalar expf per element for vector<128xf32>.
+    # f32 lanes of one vector register: a vectorized elementwise op steps a few of
+    # them (cpu_schedule.ELEMENTWISE_REGISTERS).
     lanes: int
     # Transpose tile edges and the vector.transpose lowering for them.
     transpose_tiles: tuple[int, ...]

@@ -69,6 +69,11 @@ PARALLEL_BLOCKS = 16
 # own page and in the same L1 set) and took 1.2-1.9 ms against eager's 0.17 ms.
 TRANSPOSE_CACHE_TILE = 32
 
+# Vector registers per step of a vectorized elementwise op (the largest whose
+# lanes divide the innermost extent): four give the out-of-order core independent
+# work per step without spilling the operands of a long fused payload.
+ELEMENTWISE_REGISTERS = (4, 2, 1)
+
 # Tile edges of a transpose (per dim, the largest of the ISA's transpose_tiles
 # dividing it; other sizes keep the scalar loops): a 16 x 16 float32 tile is 16
 # AVX-512 registers, transposed by the 16 x 16 shuffle network (`lower_transpose`
@@ -81,6 +86,8 @@ class Plan:
     script: str  # transform ops on the handle %op<index>
     # A contraction, whose accumulator must stay in registers across its K loop.
     contraction: bool = False
+    # An elementwise op whose 0-d inputs are read once, before its loops.
+    elementwise: bool = False
 
 
 def _largest_divisor(dim: int, candidates: tuple[int, ...]) -> int:
@@ -240,7 +247,10 @@ def _innermost_reduction_plan(op, index: int) -> Plan | None:
     if loop_sizes is None:
         return None
     isa = cpu_isa.host()
-    steps = (isa.lanes,) if _calls_libm(op) else isa.reduction_tiles
+    math = _libm_calls(op)
+    if math & _NO_VECTOR_FORM:
+        return None
+    steps = (LIBM_LANES,) if math else isa.reduction_tiles
     rk = _largest_divisor(loop_sizes[-1], steps)
     if rk == 1:
         return None
@@ -256,19 +266,32 @@ def _innermost_reduction_plan(op, index: int) -> Plan | None:
 
 
 # Math ops that become libm calls (convert-math-to-llvm intrinsics LLVM expands to
-# calls, or convert-math-to-libm): vectorized, each is one libmvec call per vector
-# register only at the register's width (cpu_isa.VectorIsa.lanes). Measured on the
-# AVX2 machine, log_softmax of 2048 x 256 (exp and sum in one reduction): 0.9-1.5 ms
-# with steps of 128 (scalar expf per element), 0.31-0.62 ms with steps of 8.
+# calls, or convert-math-to-libm).
 _LIBM_MATH = frozenset(f"math.{name}" for name in (
     "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "erf", "erfc", "tanh", "sin",
     "cos", "tan", "atan", "atan2", "powf", "sinh", "cosh", "asin", "acos", "asinh", "acosh",
     "atanh", "cbrt"))
+# Vectorized, these become libmvec calls (_ZGVdN8v_expf...): convert-math-to-llvm makes
+# them LLVM intrinsics that llc's LIBMVEC table maps (expm1 and log1p expand to exp and
+# log). The others of _LIBM_MATH but _NO_VECTOR_FORM become one scalar call per lane.
+_VECTOR_LIBM = frozenset(f"math.{name}" for name in (
+    "exp", "expm1", "log", "log1p", "powf", "sin", "cos", "tan"))
+# No vector lowering at all in these bindings: the `llvm` stage fails on the
+# vector.extract their expansion leaves (`torch.erf(x).sum(-1)` did not compile).
+_NO_VECTOR_FORM = frozenset(f"math.{name}" for name in (
+    "erf", "erfc", "asinh", "acosh", "atanh", "cbrt"))
+# Lanes of a vector libm call: LLVM 22's LIBMVEC table maps float math at 4 and 8
+# lanes (AVX2's _ZGVdN8v_*, which AVX-512 hosts run too), not 16; `llvm.exp.v16f32`
+# became 16 scalar expf calls, on AVX-512 hosts as well (llc -mcpu=skylake-avx512).
+# Measured on the AVX2 machine, log_softmax of 2048 x 256 (exp and sum in one
+# reduction): 0.9-1.5 ms with steps of 128 (scalar expf per element), 0.31-0.62 ms
+# with steps of 8.
+LIBM_LANES = 8
 
 
-def _calls_libm(op) -> bool:
-    return any(nested.operation.name in _LIBM_MATH
-               for nested in op.operation.regions[0].blocks[0].operations)
+def _libm_calls(op) -> set[str]:
+    return {nested.operation.name for nested in op.operation.regions[0].blocks[0].operations
+            if nested.operation.name in _LIBM_MATH}
 
 
 def _parallel_outer_blocks(handle: str, index: int, loop_sizes: list[int],
@@ -308,6 +331,118 @@ def _parallel_outer_plan(op, index: int) -> Plan | None:
     # _parallel_outer_blocks declines an outermost reduction and small ops.
     script, _ = _parallel_outer_blocks(f"%op{index}", index, loop_sizes, iterators)
     return Plan(index, script) if script else None
+
+
+def _contiguous_inner(maps: list[str], rank: int) -> bool:
+    """Every operand reads or writes the innermost loop as its own innermost dim, or
+    does not depend on it (a broadcast): the loop's vectors are contiguous loads."""
+    last = f"d{rank - 1}"
+    for amap in maps:
+        results = [r.strip() for r in amap.split("->")[1].strip(" ()>").split(",")]
+        if last in results[:-1]:
+            return False
+        if any(r and not (r.startswith("d") and r[1:].isdigit()) for r in results):
+            return False  # a constant or compound index
+    return True
+
+
+# Element types of vectorized elementwise ops: float32 and the bytes that hold bools
+# (lowering/i1_storage.py: masks, where/select conditions).
+_ELEMENTWISE_TYPES = frozenset(("f32", "i8", "i1"))
+
+
+def _elementwise_vector_plan(op, index: int) -> Plan | None:
+    """Vectorize an f32 elementwise op (or broadcast) along its innermost dim.
+
+    Left as scalar loops, LLVM's loop vectorizer did it, but it cannot know that the
+    output buffer is not one of the inputs: every loop got a runtime alias check and a
+    scalar copy of itself, and loops with constant trip counts were then unrolled
+    whole, one copy of both per row of a block. An AdamW step of a small GPT (114
+    such ops) became 295 KB of optimized IR per 16-row block and `llc` spent most of
+    its time in loop strength reduction over it. Here each op is tiled by a few
+    vector registers (ELEMENTWISE_REGISTERS) of its innermost dim and vectorized:
+    no alias check, no scalar copy, nothing left for LLVM's vectorizer.
+    Payloads calling exp, log, pow, sin, cos or tan step LIBM_LANES (libmvec calls);
+    other libm calls (tanh, erf...) keep LLVM's vectorizer, which maps them to
+    libmvec variants (cpu_vector_math); so do transposed operands and inner extents
+    that no vector tile divides."""
+    if op.operation.name != "linalg.generic":
+        return None
+    attrs = op.operation.attributes
+    iterators = [str(it) for it in attrs["iterator_types"]]
+    if not iterators or any("parallel" not in it for it in iterators):
+        return None
+    from mlir import ir
+
+    shaped = [v for v in op.operation.operands if isinstance(v.type, ir.ShapedType)]
+    if not shaped or not all(str(ir.ShapedType(v.type).element_type) in _ELEMENTWISE_TYPES
+                             for v in shaped):
+        return None
+    body = op.operation.regions[0].blocks[0].operations
+    math = _libm_calls(op)
+    if math - _VECTOR_LIBM or any(nested.operation.name == "linalg.index" for nested in body):
+        return None
+    rank = len(iterators)
+    if not _contiguous_inner([str(m) for m in attrs["indexing_maps"]], rank):
+        return None
+    loop_sizes = _loop_sizes(op, rank)
+    if loop_sizes is None:
+        return None
+    lanes = cpu_isa.host().lanes
+    # Steps of one libmvec call where the payload calls libm (LIBM_LANES).
+    steps = (LIBM_LANES,) if math else tuple(lanes * r for r in ELEMENTWISE_REGISTERS)
+    vt = _largest_divisor(loop_sizes[-1], steps)
+    if vt == 1:
+        return None
+    if rank == 1:
+        # The one loop is both the blocks' and the vectors': blocks of whole tiles.
+        tiles = loop_sizes[0] // vt
+        blocks = min(tiles, PARALLEL_BLOCKS)
+        while tiles % blocks:
+            blocks -= 1
+        if loop_sizes[0] >= cpu_parallel.MIN_PARALLEL_ELEMENTS and blocks >= 2:
+            script = (f"    %b{index}, %bl{index} = transform.structured.tile_using_forall "
+                      f"%op{index} tile_sizes [{loop_sizes[0] // blocks}] : "
+                      f"(!transform.any_op) -> (!transform.any_op, !transform.any_op)\n")
+            h = f"%b{index}"
+        else:
+            script, h = "", f"%op{index}"
+    else:
+        script, h = _parallel_outer_blocks(f"%op{index}", index, loop_sizes, iterators)
+    tiles = [1] * (rank - 1) + [vt]
+    handles = ", ".join(["!transform.any_op"] * (rank + 1))
+    script += (
+        f"    %r{index}, %rl{index}:{rank} = transform.structured.tile_using_for {h} "
+        f"tile_sizes {tiles} : (!transform.any_op) -> ({handles})\n"
+        f"    transform.structured.vectorize %r{index} : !transform.any_op\n"
+    )
+    return Plan(index, script, elementwise=True)
+
+
+def _load_scalar_inputs(op) -> None:
+    """Read an elementwise op's 0-d input buffers (AdamW's step count, a learning rate)
+    once before the op and pass the values instead.
+
+    Why: read inside the vectorized loop, LLVM cannot move the read out (the loop's
+    stores might alias it), so neither what is computed from it: AdamW's bias
+    correction `beta ** step` became one vector powf call per 8 elements, and the
+    GPT optimizer graph ran 2.25x slower than with LLVM's own vectorizer (whose
+    runtime alias check let it hoist both). Sound where the output is another
+    buffer: nothing the op writes can change the value before the op reads it."""
+    from mlir import ir
+    from mlir.dialects import memref
+
+    operands = list(op.operation.operands)
+    inputs = ir.DenseI32ArrayAttr(op.operation.attributes["operandSegmentSizes"])[0]
+    output_roots = {_buffer_root(v) for v in operands[inputs:]}
+    for position, value in enumerate(operands[:inputs]):
+        if not isinstance(value.type, ir.MemRefType) or ir.MemRefType(value.type).rank:
+            continue
+        if _buffer_root(value) in output_roots:
+            continue
+        with ir.InsertionPoint(op.operation), op.operation.location:
+            loaded = memref.LoadOp(value, [])
+        op.operation.operands[position] = loaded.result
 
 
 def _transpose_plan(op, index: int) -> Plan | None:
@@ -395,7 +530,7 @@ def _loop_sizes(op, rank: int) -> list[int] | None:
 
 
 STRATEGIES = (_contraction_plan, _innermost_reduction_plan, _transpose_plan,
-              _parallel_outer_plan)
+              _elementwise_vector_plan, _parallel_outer_plan)
 
 # After the per-op steps, on the whole function: turn the vectorized
 # matmuls into vector.contract, CSE (so a transfer pair has equal indices),
@@ -504,6 +639,8 @@ def build_script(module, isolated: list | None = None) -> str | None:
                 op.operation.attributes[TAG] = ir.IntegerAttr.get(
                     ir.IntegerType.get_signless(64), plan.index)
                 plans.append(plan)
+                if plan.elementwise:
+                    _load_scalar_inputs(op)
                 if plan.contraction and isolated is not None:
                     cast = _isolate_accumulator(op)
                     if cast is not None:

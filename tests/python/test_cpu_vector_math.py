@@ -142,3 +142,64 @@ def test_vectorized_exp_of_a_reduction_calls_libmvec(tmp_path):
     x = torch.randn(64, 1024)
     (out,) = CpuExecutable(so, [((64,), torch.float32)]).run([x])
     torch.testing.assert_close(out, x.exp().sum(-1), rtol=1e-5, atol=1e-3)
+
+
+@needs_libmvec
+@pytest.mark.skipif(target_name() != "cpu", reason="CPU code generation")
+@pytest.mark.parametrize("isa", ["avx2", "avx512"])
+def test_schedule_vectorized_libm_is_one_call_per_8_lanes(tmp_path, monkeypatch, isa):
+    """LLVM 22's LIBMVEC table maps float math at 8 lanes, not 16: with the AVX-512
+    tiles (16-lane registers) a reduction's `llvm.exp.v16f32` became 16 scalar expf calls.
+    The schedule's libm steps are 8 lanes under either ISA's tiles (the AVX2 variants
+    also run on AVX-512 hosts); the same for an elementwise exp it vectorizes."""
+    from lazymlir.lowering import cpu_pipeline
+    from lazymlir.targets.cpu import CpuExecutable
+
+    monkeypatch.setenv("LAZYMLIR_CPU_VECTOR_ISA", isa)
+    for name, text, expected in (("sum", EXP_SUM, lambda x: x.exp().sum(-1)),
+                                 ("rows", EXP_ROWS, lambda x: x.exp() * 2)):
+        loops = cpu_pipeline.to_loops(text)
+        assert "vector<8xf32>" in str(loops)
+        directory = tmp_path / f"{isa}-{name}"  # its own path: dlopen caches by path
+        directory.mkdir()
+        so = cpu_codegen.build_shared_object(str(cpu_pipeline.to_llvm(str(loops))), directory)
+        listing = subprocess.run(["objdump", "-d", str(so)], capture_output=True, text=True,
+                                 check=True).stdout
+        assert "_ZGVdN8v_expf@plt>" in listing
+        assert "<expf@plt>" not in listing and "<__expf_finite@plt>" not in listing
+        x = torch.randn(64, 1024)
+        (out,) = CpuExecutable(so, [(tuple(expected(x).shape), torch.float32)]).run([x])
+        torch.testing.assert_close(out, expected(x), rtol=1e-5, atol=1e-3)
+
+
+EXP_ROWS = """// lazymlir-stage: bufferized
+#map = affine_map<(d0, d1) -> (d0, d1)>
+module {
+  func.func @main(%arg0: memref<64x1024xf32>, %arg1: memref<64x1024xf32>) {
+    %two = arith.constant 2.0 : f32
+    linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]}
+        ins(%arg0 : memref<64x1024xf32>) outs(%arg1 : memref<64x1024xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %0 = math.exp %in : f32
+      %1 = arith.mulf %0, %two : f32
+      linalg.yield %1 : f32
+    }
+    return
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.erf(x).sum(-1),       # no vector lowering for erf: the reduction keeps loops
+    lambda x: torch.asinh(x).mean(-1),
+    lambda x: torch.tanh(x).sum(-1),      # vector tanh: one scalar tanhf per lane
+    lambda x: torch.erf(x) * 2 + 1,       # elementwise: LLVM's vectorizer (erff variants)
+    lambda x: torch.pow(x.abs() + 1, 0.5) + x.exp(),  # elementwise, libmvec pow and exp
+], ids=["erf_sum", "asinh_mean", "tanh_sum", "erf_elementwise", "pow_exp_elementwise"])
+def test_libm_payloads_of_scheduled_ops_match_eager(fn):
+    """A payload calling libm in an op the schedule vectorizes: `torch.erf(x).sum(-1)`
+    failed to compile (the vectorized erf has no LLVM lowering) and ran eagerly."""
+    x = torch.randn(64, 256)
+    torch.testing.assert_close(fn(x.to(DEVICE)).cpu(), fn(x), rtol=1e-5, atol=1e-5)
+    assert_no_fallback()

@@ -284,15 +284,16 @@ module {
     return
   }
 }
-// A row reduction whose payload calls libm (a softmax's exp-sum): steps of one
-// vector register (16 floats here), so each exp is one libmvec call; a
-// vector<256xf32> exp became 256 scalar expf calls.
+// A row reduction whose payload calls libm (a softmax's exp-sum): steps of 8
+// floats even with AVX-512 tiles, so each exp is one libmvec call (LLVM maps float
+// math at 8 lanes, not 16); a vector<256xf32> or vector<16xf32> exp became one
+// scalar expf call per element.
 // CHECK-LABEL: func.func @expsum$rows
-// CHECK-DAG: %[[C16:.*]] = arith.constant 16 : index
-// CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %[[C16]]
-// CHECK: math.exp %{{.*}} : vector<16xf32>
+// CHECK-DAG: %[[C8:.*]] = arith.constant 8 : index
+// CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %[[C8]]
+// CHECK: math.exp %{{.*}} : vector<8xf32>
 // CHECK-NOT: vector<256xf32>
-// CHECK: vector.reduction <add>, %{{.*}}, %{{.*}} : vector<16xf32> into f32
+// CHECK: vector.reduction <add>, %{{.*}}, %{{.*}} : vector<8xf32> into f32
 
 // -----
 
@@ -322,3 +323,93 @@ module {
 // CHECK: scf.for
 // CHECK: scf.for
 // CHECK: arith.select
+
+// -----
+
+// lazymlir-stage: bufferized
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d1)>
+#scalar = affine_map<(d0, d1) -> ()>
+#t = affine_map<(d0, d1) -> (d1, d0)>
+#v = affine_map<(d0) -> (d0)>
+module {
+  func.func @adamw$vector(%p: memref<512x256xf32>, %m: memref<256xf32>, %step: memref<f32>, %out: memref<512x256xf32>) {
+    %beta = arith.constant 0.9 : f32
+    linalg.generic {indexing_maps = [#map, #row, #scalar, #map], iterator_types = ["parallel", "parallel"]} ins(%p, %m, %step : memref<512x256xf32>, memref<256xf32>, memref<f32>) outs(%out : memref<512x256xf32>) {
+    ^bb0(%in: f32, %r: f32, %s: f32, %o: f32):
+      %0 = math.powf %beta, %s : f32
+      %1 = arith.mulf %in, %0 : f32
+      %2 = arith.addf %1, %r : f32
+      %3 = math.sqrt %2 : f32
+      linalg.yield %3 : f32
+    }
+    return
+  }
+  func.func @add$vector(%a: memref<64x256xf32>, %b: memref<64x256xf32>, %out: memref<64x256xf32>) {
+    linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel", "parallel"]} ins(%a, %b : memref<64x256xf32>, memref<64x256xf32>) outs(%out : memref<64x256xf32>) {
+    ^bb0(%x: f32, %y: f32, %o: f32):
+      %0 = arith.addf %x, %y : f32
+      linalg.yield %0 : f32
+    }
+    return
+  }
+  func.func @scale$flat(%a: memref<131072xf32>, %out: memref<131072xf32>) {
+    %c = arith.constant 2.0 : f32
+    linalg.generic {indexing_maps = [#v, #v], iterator_types = ["parallel"]} ins(%a : memref<131072xf32>) outs(%out : memref<131072xf32>) {
+    ^bb0(%x: f32, %o: f32):
+      %0 = arith.mulf %x, %c : f32
+      linalg.yield %0 : f32
+    }
+    return
+  }
+  func.func @add$transposed(%a: memref<256x64xf32>, %b: memref<64x256xf32>, %out: memref<64x256xf32>) {
+    linalg.generic {indexing_maps = [#t, #map, #map], iterator_types = ["parallel", "parallel"]} ins(%a, %b : memref<256x64xf32>, memref<64x256xf32>) outs(%out : memref<64x256xf32>) {
+    ^bb0(%x: f32, %y: f32, %o: f32):
+      %0 = arith.addf %x, %y : f32
+      linalg.yield %0 : f32
+    }
+    return
+  }
+  func.func @tanh$scalar(%a: memref<64x256xf32>, %out: memref<64x256xf32>) {
+    linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]} ins(%a : memref<64x256xf32>) outs(%out : memref<64x256xf32>) {
+    ^bb0(%x: f32, %o: f32):
+      %0 = math.tanh %x : f32
+      linalg.yield %0 : f32
+    }
+    return
+  }
+}
+// Elementwise ops vectorized along their innermost dim (cpu_schedule's
+// _elementwise_vector_plan), not left to LLVM's loop vectorizer with a runtime alias
+// check and a scalar copy per loop. A 0-d input is read once before the loops, so
+// what is computed from it alone (AdamW's beta ** step) is computed once; a payload
+// calling libm steps 8 lanes (one libmvec call), others four registers.
+// CHECK-LABEL: func.func @adamw$vector
+// CHECK-SAME: %[[STEP:[a-z0-9]+]]: memref<f32>
+// CHECK: %[[S:.*]] = memref.load %[[STEP]][] : memref<f32>
+// CHECK: %[[POW:.*]] = math.powf %{{.*}}, %[[S]] : f32
+// CHECK: omp.parallel {
+// CHECK: scf.for %{{.*}} step %c8
+// CHECK: vector.load %{{.*}} vector<8xf32>
+// CHECK: vector.broadcast %[[POW]] : f32 to vector<8xf32>
+// CHECK: math.sqrt %{{.*}} : vector<8xf32>
+// CHECK: vector.store
+// CHECK: omp.terminator
+// CHECK-LABEL: func.func @add$vector
+// CHECK-NOT: omp.
+// CHECK: scf.for %{{.*}} step %c64
+// CHECK: arith.addf %{{.*}}, %{{.*}} : vector<64xf32>
+// One loop: 16 parallel blocks of whole vector steps.
+// CHECK-LABEL: func.func @scale$flat
+// CHECK: omp.loop_nest
+// CHECK: memref.subview %{{.*}}[%{{.*}}] [8192] [1]
+// CHECK: scf.for %{{.*}} = %c0 to %c8192 step %c64
+// CHECK: arith.mulf %{{.*}}, %{{.*}} : vector<64xf32>
+// A transposed operand and a libm call without a vector mapping (tanh) keep the
+// scalar loops.
+// CHECK-LABEL: func.func @add$transposed
+// CHECK-NOT: vector<
+// CHECK: memref.load
+// CHECK-LABEL: func.func @tanh$scalar
+// CHECK-NOT: vector<
+// CHECK: math.tanh %{{.*}} : f32
