@@ -316,9 +316,12 @@ def lazymlir_backend(gm: torch.fx.GraphModule, example_inputs, options=None, mod
     (default: the LAZYMLIR_EAGER_WHILE_COMPILING setting, off: the first run waits).
     """
     eager_while_compiling = _backend_options(options, mode)
-    # A graph to compile is coming: the compile worker imports the compiler while
-    # AOTAutograd traces (not when the disk cache is warm: executor.prestart_worker).
-    executor.prestart_worker()
+    # A graph to compile is coming: the compile workers import the compiler while
+    # AOTAutograd traces (not when the disk cache is warm: executor.prestart_worker);
+    # two for a graph that will have a backward, compiled alongside its forward.
+    training = torch.is_grad_enabled() and any(
+        getattr(x, "requires_grad", False) for x in example_inputs)
+    executor.prestart_worker(workers=2 if training else 1)
     if any(_is_symbolic(x) for x in example_inputs):
         return _specialize_per_shape(gm, eager_while_compiling)
     return _static_backend(gm, example_inputs, eager_while_compiling)

@@ -228,18 +228,22 @@ def _worker(current) -> WorkerPool:
     return current.worker
 
 
-def prestart_worker() -> None:
-    """Start the compile worker ahead of the first compile (called when the device is
-    first used: it imports the compiler while the user traces), unless compiles are
-    in-process or the disk cache holds entries of this compiler version: a warm cache
-    likely serves every graph, and a process that compiles nothing should not pay for
-    a worker (it starts at the first miss instead)."""
+def prestart_worker(workers: int = 1) -> None:
+    """Start compile workers ahead of the first compile (called when the device is
+    first used, or when Dynamo hands over a graph: they import the compiler while the
+    user or AOTAutograd traces), unless compiles are in-process or the disk cache
+    holds entries of this compiler version: a warm cache likely serves every graph,
+    and a process that compiles nothing should not pay for a worker (it starts at the
+    first miss instead). `workers`: how many will be busy at once (2 for a training
+    graph, whose forward and backward compile together)."""
     current = session.current()
-    if current.worker is not None or not current.settings.compile_worker:
+    if not current.settings.compile_worker:
+        return
+    if current.worker is not None and (workers <= 1 or current.worker.started >= workers):
         return
     disk = _disk(current)
     if disk is None or not disk.has_entries():
-        _worker(current).start()
+        _worker(current).start(workers)
 
 
 def _worker_request(current, kind: str, payload: dict):

@@ -41,13 +41,21 @@ class WorkerPool:
         self._workers.append(worker)
         return worker
 
-    def start(self) -> None:
-        """Start the first worker process now (it imports the compiler meanwhile)."""
+    @property
+    def started(self) -> int:
+        """Worker processes made so far (started, or starting at their first request)."""
         with self._changed:
-            if not self._workers:
+            return len(self._workers)
+
+    def start(self, count: int = 1) -> None:
+        """Start the first `count` worker processes (at most `size`) now: they import
+        the compiler and warm up meanwhile (worker_main._warm_up)."""
+        with self._changed:
+            while len(self._workers) < min(count, self.size):
                 self._idle.append(self._new_worker())
-            worker = self._workers[0]
-        worker.start()
+            workers = self._workers[:min(count, self.size)]
+        for worker in workers:
+            worker.start()
 
     def _acquire(self) -> CompileWorker:
         with self._changed:

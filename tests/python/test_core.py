@@ -324,3 +324,15 @@ def test_import_layers_are_one_way(tmp_path):
                           env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert "0 broken" in done.stdout, done.stdout[-3000:]
+
+
+def test_the_compile_worker_warm_up_graph_lowers():
+    """worker_main._warm_up lowers a built-in graph to `linalg` so that a worker's first
+    compile does not pay torch-mlir's one-time work; a warm-up that silently failed
+    (the graph format changed) would only be slower, so check it here."""
+    from lazymlir.execution import worker_main
+    from lazymlir.lowering import stages
+
+    result = stages.run_stages(worker_main._WARM_UP_GRAPH, stages.Options(target="cpu"),
+                               start="fx", stop="linalg")
+    assert "linalg.matmul" in result.text

@@ -338,6 +338,27 @@ def test_warm_cache_does_not_prestart_the_worker(fresh_disk_session, monkeypatch
     assert len(started) == 2
 
 
+def test_a_training_graph_prestarts_two_workers(fresh_disk_session, monkeypatch):
+    """The forward and the backward of a training graph compile at once: both workers
+    start (and warm up) while AOTAutograd traces, not the second at the backward's
+    request. Never more than the pool's size, never again once started."""
+    started = []
+    monkeypatch.setattr(worker_module.CompileWorker, "start", lambda self: started.append(self))
+    current = fresh_disk_session(worker=True)
+    current.settings.compile_workers = 2
+    executor.prestart_worker()
+    assert len(started) == 1
+    executor.prestart_worker(workers=2)
+    assert current.worker.started == 2 and len({id(w) for w in started}) == 2
+    executor.prestart_worker(workers=2)
+    executor.prestart_worker()
+    assert current.worker.started == 2
+    current = fresh_disk_session(worker=True)
+    current.settings.compile_workers = 1
+    executor.prestart_worker(workers=2)
+    assert current.worker.started == 1
+
+
 def test_cache_off_writes_nothing(fresh_disk_session, tmp_path):
     current = fresh_disk_session()
     current.settings.cache_dir = None  # what LAZYMLIR_CACHE_DIR=off gives
