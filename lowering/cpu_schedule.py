@@ -19,6 +19,13 @@ same code is correct on any x86-64, llc picks the host's vector width):
   after folding the subviews into the transfers): it lives in registers,
   never reloaded or stored per step. Large ones run their (M, N) cache tiles
   on all cores, split into at least MIN_PARALLEL_BLOCKS blocks.
+- innermost-dim reductions (sum, max, mean, norms; f32): vector steps folded
+  into the accumulator by a reassociated tree (_innermost_reduction_plan).
+- transposes of the two innermost dims (f32): register tiles through shuffles.
+- elementwise ops and broadcasts (f32, bool bytes) whose operands are contiguous
+  or broadcast along the innermost dim: a few vector registers per step
+  (_elementwise_vector_plan).
+- anything else with a parallel outermost loop: parallel blocks of scalar loops.
 
 Ops are matched by a `lazymlir.schedule` attribute holding their index; the
 attribute is removed afterwards.
