@@ -364,9 +364,10 @@ def _elementwise_vector_plan(op, index: int) -> Plan | None:
     Left as scalar loops, LLVM's loop vectorizer did it, but it cannot know that the
     output buffer is not one of the inputs: every loop got a runtime alias check and a
     scalar copy of itself, and loops with constant trip counts were then unrolled
-    whole, one copy of both per row of a block. An AdamW step of a small GPT (114
-    such ops) became 295 KB of optimized IR per 16-row block and `llc` spent most of
-    its time in loop strength reduction over it. Here each op is tiled by a few
+    whole, one copy of both per row of a block. The SGD step of a two-Linear MLP
+    (4 such ops, 31 KB of LLVM IR) became 295 KB after `opt -O3`, and `llc` spent
+    0.52 of its 0.67 s in loop strength reduction over it (a small GPT's AdamW step:
+    0.73 of 1.03 s). Here each op is tiled by a few
     vector registers (ELEMENTWISE_REGISTERS) of its innermost dim and vectorized:
     no alias check, no scalar copy, nothing left for LLVM's vectorizer.
     Payloads calling exp, log, pow, sin, cos or tan step LIBM_LANES (libmvec calls);
