@@ -15,6 +15,8 @@ block's arguments, and the function, which nothing else calls, is erased.
 
 from __future__ import annotations
 
+from collections import Counter
+
 PREFIX = "_mlir_ciface_"
 
 
@@ -28,16 +30,21 @@ def _callee(op) -> str | None:
     return op.operation.attributes["callee"].value
 
 
-def _called_elsewhere(module, name: str, wrapper) -> bool:
-    for func in module.body.operations:
-        if func.operation.name != "llvm.func" or func == wrapper:
-            continue
-        for region in func.regions:
-            for block in region.blocks:
-                for op in block.operations:
-                    if _callee(op) == name:
-                        return True
-    return False
+def _call_counts(module) -> Counter:
+    """Callee name -> calls in the whole module, nested regions (OpenMP) included. The
+    walk runs in C++: Python's generator walk took 0.18 s on a GPT backward graph."""
+    from mlir import ir
+
+    counts: Counter = Counter()
+
+    def count(op):
+        callee = _callee(op)
+        if callee is not None:
+            counts[callee] += 1
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(count)
+    return counts
 
 
 def fold_into_c_interfaces(module) -> None:
@@ -48,6 +55,7 @@ def fold_into_c_interfaces(module) -> None:
 
     funcs = {_symbol(op): op for op in module.body.operations
              if op.operation.name == "llvm.func"}
+    calls = _call_counts(module)
     for name, wrapper in funcs.items():
         if not name.startswith(PREFIX) or name[len(PREFIX):] not in funcs:
             continue
@@ -58,8 +66,8 @@ def fold_into_c_interfaces(module) -> None:
         if len(ops) < 2 or _callee(ops[-2]) != _symbol(target) or \
                 ops[-1].operation.name != "llvm.return" or list(ops[-2].results):
             continue
-        if _called_elsewhere(module, _symbol(target), wrapper):
-            continue
+        if calls[_symbol(target)] != 1:
+            continue  # called elsewhere too
         call, ret = ops[-2], ops[-1]
         blocks = list(target.regions[0].blocks)
         for block in blocks:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from . import cpu_parallel
 from .cpu_parallel import MIN_PARALLEL_ELEMENTS
+from .mlir_runner import map_results
 from .mlir_runner import UPSTREAM, run_pipeline
 
 TAG = "lazymlir.rows"
@@ -57,10 +58,6 @@ def _shape(value):
     return list(shaped.shape) if shaped.has_static_shape else None
 
 
-def _map_results(amap) -> list[str]:
-    return [r.strip() for r in str(amap).split("->")[1].strip(" ()>").split(",") if r.strip()]
-
-
 def _row_local(op, rows: int, args) -> bool:
     """Does `op` compute row r of its outputs from row r of its row-indexed inputs only?"""
     name = op.operation.name
@@ -77,7 +74,7 @@ def _row_local(op, rows: int, args) -> bool:
         shape = _shape(value)
         if shape is None:
             return False
-        results = _map_results(amap)
+        results = map_results(amap)
         if results and results[0] == "d0" and shape[0] == rows:
             continue  # row-indexed
         if index < num_inputs and not any("d0" in r for r in results) and value in args:

@@ -37,7 +37,7 @@ import math
 from dataclasses import dataclass
 
 from . import cpu_isa, cpu_parallel
-from .mlir_runner import PipelineFailure
+from .mlir_runner import PipelineFailure, map_results
 
 TAG = "lazymlir.schedule"
 
@@ -244,20 +244,20 @@ def _innermost_reduction_plan(op, index: int) -> Plan | None:
     # Every input must read the reduced dim as its innermost, contiguous one.
     rank = len(iterators)
     last = f"d{rank - 1}"
-    maps = [str(m) for m in attrs["indexing_maps"]]
+    maps = list(attrs["indexing_maps"])
     num_outputs = 1
     for m in maps[:-num_outputs]:
-        results = m.split("->")[1].strip(" ()>")
-        if not results.split(",")[-1].strip() == last:
+        results = map_results(m)
+        if not results or results[-1] != last:
             return None
     loop_sizes = _loop_sizes(op, rank)
     if loop_sizes is None:
         return None
     isa = cpu_isa.host()
-    math = _libm_calls(op)
-    if math & _NO_VECTOR_FORM:
+    libm = _libm_calls(op)
+    if libm & _NO_VECTOR_FORM:
         return None
-    steps = (LIBM_LANES,) if math else isa.reduction_tiles
+    steps = (LIBM_LANES,) if libm else isa.reduction_tiles
     rk = _largest_divisor(loop_sizes[-1], steps)
     if rk == 1:
         return None
@@ -340,15 +340,15 @@ def _parallel_outer_plan(op, index: int) -> Plan | None:
     return Plan(index, script) if script else None
 
 
-def _contiguous_inner(maps: list[str], rank: int) -> bool:
+def _contiguous_inner(maps, rank: int) -> bool:
     """Every operand reads or writes the innermost loop as its own innermost dim, or
     does not depend on it (a broadcast): the loop's vectors are contiguous loads."""
     last = f"d{rank - 1}"
     for amap in maps:
-        results = [r.strip() for r in amap.split("->")[1].strip(" ()>").split(",")]
+        results = map_results(amap)
         if last in results[:-1]:
             return False
-        if any(r and not (r.startswith("d") and r[1:].isdigit()) for r in results):
+        if any(not (r.startswith("d") and r[1:].isdigit()) for r in results):
             return False  # a constant or compound index
     return True
 
@@ -387,34 +387,24 @@ def _elementwise_vector_plan(op, index: int) -> Plan | None:
                              for v in shaped):
         return None
     body = op.operation.regions[0].blocks[0].operations
-    math = _libm_calls(op)
-    if math - _VECTOR_LIBM or any(nested.operation.name == "linalg.index" for nested in body):
+    libm = _libm_calls(op)
+    if libm - _VECTOR_LIBM or any(nested.operation.name == "linalg.index" for nested in body):
         return None
     rank = len(iterators)
-    if not _contiguous_inner([str(m) for m in attrs["indexing_maps"]], rank):
+    if not _contiguous_inner(attrs["indexing_maps"], rank):
         return None
     loop_sizes = _loop_sizes(op, rank)
     if loop_sizes is None:
         return None
     lanes = cpu_isa.host().lanes
     # Steps of one libmvec call where the payload calls libm (LIBM_LANES).
-    steps = (LIBM_LANES,) if math else tuple(lanes * r for r in ELEMENTWISE_REGISTERS)
+    steps = (LIBM_LANES,) if libm else tuple(lanes * r for r in ELEMENTWISE_REGISTERS)
     vt = _largest_divisor(loop_sizes[-1], steps)
     if vt == 1:
         return None
     if rank == 1:
         # The one loop is both the blocks' and the vectors': blocks of whole tiles.
-        tiles = loop_sizes[0] // vt
-        blocks = min(tiles, PARALLEL_BLOCKS)
-        while tiles % blocks:
-            blocks -= 1
-        if loop_sizes[0] >= cpu_parallel.MIN_PARALLEL_ELEMENTS and blocks >= 2:
-            script = (f"    %b{index}, %bl{index} = transform.structured.tile_using_forall "
-                      f"%op{index} tile_sizes [{loop_sizes[0] // blocks}] : "
-                      f"(!transform.any_op) -> (!transform.any_op, !transform.any_op)\n")
-            h = f"%b{index}"
-        else:
-            script, h = "", f"%op{index}"
+        script, h, _ = _parallel_tile_blocks(f"%op{index}", index, loop_sizes, [vt])
     else:
         script, h = _parallel_outer_blocks(f"%op{index}", index, loop_sizes, iterators)
     tiles = [1] * (rank - 1) + [vt]
@@ -478,7 +468,7 @@ def _transpose_plan(op, index: int) -> Plan | None:
     tiles = [1] * (rank - 2) + [_largest_divisor(d, edges) for d in shape[-2:]]
     if 1 in tiles[-2:]:
         return None
-    script, h, rows = _parallel_transpose_blocks(f"%op{index}", index, shape, tiles)
+    script, h, rows = _parallel_tile_blocks(f"%op{index}", index, shape, tiles)
     if rank > 2:
         rows = shape[-2]
     # Cache tiles of up to TRANSPOSE_CACHE_TILE square: the register tiles walk one
@@ -496,12 +486,13 @@ def _transpose_plan(op, index: int) -> Plan | None:
     return Plan(index, script)
 
 
-def _parallel_transpose_blocks(handle: str, index: int, shape: list[int],
-                               tiles: list[int]) -> tuple[str, str, int]:
-    """(transform ops, handle of the op inside, result rows per block): a large
-    transpose's outermost result dim split into up to PARALLEL_BLOCKS blocks of whole
-    tiles, run on all cores (eager copies a transposed tensor on all of them);
-    ("", handle, shape[0]) for small ones."""
+def _parallel_tile_blocks(handle: str, index: int, shape: list[int],
+                          tiles: list[int]) -> tuple[str, str, int]:
+    """(transform ops, handle of the op inside, result rows per block): a large op's
+    outermost dim split into up to PARALLEL_BLOCKS equal blocks of whole `tiles`, run
+    on all cores (a transpose: eager copies a transposed tensor on all of them; a
+    1-D elementwise op, whose one loop is also its vector loop); ("", handle,
+    shape[0]) for small ones."""
     tiles_0 = shape[0] // tiles[0]
     if math.prod(shape) < cpu_parallel.MIN_PARALLEL_ELEMENTS or tiles_0 < 2:
         return "", handle, shape[0]
@@ -527,9 +518,7 @@ def _loop_sizes(op, rank: int) -> list[int] | None:
         shape = _static_shape(value.type)
         if shape is None:
             return None  # a dynamic size (a boolean-mask index): no static schedule
-        results = str(amap).split("->")[1].strip(" ()>").split(",")
-        for extent, expr in zip(shape, results):
-            expr = expr.strip()
+        for extent, expr in zip(shape, map_results(amap)):
             if expr.startswith("d") and expr[1:].isdigit():
                 sizes[int(expr[1:])] = extent
     if any(s is None for s in sizes):

@@ -97,6 +97,12 @@ def print_module(module) -> str:
     return module.operation.get_asm(enable_debug_info=False)
 
 
+def map_results(amap) -> list[str]:
+    """The result expressions of an affine map, as text: `(d0, d1) -> (d1, 0)` gives
+    ["d1", "0"]; `() -> ()` gives []."""
+    return [r.strip() for r in str(amap).split("->")[1].strip(" ()>").split(",") if r.strip()]
+
+
 def walk(op):
     """`op` and every op nested in it, in pre-order (either binding's Operation)."""
     yield op
