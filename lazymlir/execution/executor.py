@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 import traceback
 import warnings
 from pathlib import Path
@@ -47,8 +48,13 @@ def execute(graph: dict, inputs: list, scalars: list[float], key: str | None = N
     key = key or fx_graph.structural_hash(graph, target.name)
     with current.lock:
         plan = _plan(current, target, graph, key)
-    with current.metrics.timed("ExecuteTime"):
+    # Not metrics.timed: the context manager cost 3.6 us of a torch.compile graph's
+    # ~40 us of Python per call.
+    began = time.perf_counter()
+    try:
         return plan.run(target, inputs, scalars)
+    finally:
+        current.metrics.add_time("ExecuteTime", time.perf_counter() - began)
 
 
 def _cache(current) -> graph_cache.GraphCache:
