@@ -66,6 +66,9 @@ def to_fx_stage(gm: torch.fx.GraphModule) -> tuple[dict, list, list[int | None]]
 
     def encode(value):
         if isinstance(value, torch.fx.Node):
+            if value in updates_of:
+                raise UnsupportedGraphError(f"input '{value.name}' is read after the copy_ "
+                                            f"that updates it")
             return {"ref": refs[value]}
         if isinstance(value, (list, tuple)):
             return [encode(v) for v in value]
@@ -73,6 +76,8 @@ def to_fx_stage(gm: torch.fx.GraphModule) -> tuple[dict, list, list[int | None]]
 
     outputs: list = []
     layout: list[int | None] = []
+    updates: dict[int, object] = {}  # input index -> its new value (a copy_ into it)
+    updates_of: set[torch.fx.Node] = set()  # the placeholders updated so far
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for node in placeholders:
         refs[node] = ["input", len(inputs), 0]
@@ -83,6 +88,21 @@ def to_fx_stage(gm: torch.fx.GraphModule) -> tuple[dict, list, list[int | None]]
             refs[node] = ["input", len(placeholders) + len(constants), 0]
             constants.append(value.detach())
             inputs.append(_desc(value, f"constant '{node.target}'"))
+        elif node.op == "call_function" and node.target is torch.ops.aten.copy_.default:
+            # An input mutation AOTAutograd kept in the graph (an inference graph: an
+            # optimizer step, BatchNorm statistics under no_grad): the input's new value
+            # is an output the graph updates in place (fx_graph "in_place").
+            target, value = node.args[:2]
+            if not isinstance(target, torch.fx.Node) or target.op != "placeholder":
+                raise UnsupportedGraphError(f"node '{node.name}' copies into {target}, "
+                                            f"not into a graph input")
+            updates[placeholders.index(target)] = encode(value)
+            updates_of.add(target)
+            if node.users:  # copy_'s result: the updated input, i.e. the value copied
+                if not isinstance(value, torch.fx.Node) or \
+                        value.meta["val"].dtype != target.meta["val"].dtype:
+                    raise UnsupportedGraphError(f"the result of '{node.name}' is used")
+                refs[node] = refs[value]
         elif node.op == "call_function" and node.target is operator.getitem:
             source = refs[node.args[0]]
             refs[node] = ["node", source[1], node.args[1]]
@@ -110,6 +130,11 @@ def to_fx_stage(gm: torch.fx.GraphModule) -> tuple[dict, list, list[int | None]]
                     outputs.append(encode(value))
     graph = {"format": fx_graph.FORMAT, "version": fx_graph.VERSION, "inputs": inputs,
              "scalars": [], "nodes": nodes, "outputs": outputs}
+    if updates:  # after the outputs `layout` maps
+        graph["in_place"] = []
+        for input_index, value in updates.items():
+            graph["in_place"].append([input_index, len(outputs)])
+            outputs.append(value)
     return graph, constants, layout
 
 
@@ -130,18 +155,36 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, eager_while_compiling=Non
     borrowed_constants = [target.borrow(c) for c in constants]
     borrow = target.borrow
 
+    in_place = graph.get("in_place", ())
+
     def run(args):
         if _eager_tier(eager_while_compiling) and executor.compile_pending(key):
             return _run_eagerly(gm, args)
         inputs = [borrow(a) for a in args]
         inputs += borrowed_constants
+        updated = [args[i] for i, _ in in_place]
         args.clear()  # boxed calling convention: let AOTAutograd free what it can
         outs = executor.execute(graph, inputs, [], key=key)
-        outs = [target.give_back(o, metas[i], devices[i]) for i, o in enumerate(outs)]
+        if in_place:
+            _update_inputs(target, in_place, updated, outs, metas)
+        # (the in-place updates, after the outputs AOTAutograd takes, are not given back)
+        outs = [target.give_back(o, metas[i], devices[i])
+                for i, o in enumerate(outs[:len(devices)])]
         return [None if i is None else outs[i] for i in layout]
 
     run._boxed_call = True  # AOTAutograd's boxed convention (functorch.compile.make_boxed_func)
     return run
+
+
+def _update_inputs(target, in_place, originals: list, outs: list, metas) -> None:
+    """The copy_ of each in-place update the run did not write into the caller's tensor:
+    the cpu target's compiled code writes its input buffer, which is the caller's tensor
+    unless that was strided (borrowed as a dense copy); other plans return a new buffer."""
+    for (_, output), original in zip(in_place, originals):
+        value = outs[output]
+        if value is not original:
+            device = original.device if original.device.type == "cuda" else None
+            original.copy_(target.give_back(value, metas[output], device))
 
 
 def _eager_tier(option: bool | None) -> bool:
@@ -230,6 +273,13 @@ def _static_backend(gm: torch.fx.GraphModule, example_inputs, eager_while_compil
         # one process, seventh session).
         return aot_autograd(fw_compiler=compile_graph, bw_compiler=compile_graph,
                             partition_fn=min_cut_rematerialization_partition,
+                            # An inference graph's input mutations (an optimizer step's
+                            # parameter and state updates) stay in the graph as copy_
+                            # into its inputs: the compiled code updates them in place
+                            # (lowering/graph_inputs.py) instead of returning new
+                            # tensors that AOTAutograd copies back (GPT AdamW step:
+                            # 112 copies and their output buffers per step).
+                            keep_inference_input_mutations=True,
                             decompositions=_decompositions())(gm, example_inputs)
 
 

@@ -190,4 +190,8 @@ class _Rewriter:
                 flag = self.emit("aten.logical_or.default", flag, other)
             outputs.append(flag)
         graph = {**self.graph, "nodes": self.nodes, "outputs": outputs}
+        if self.flags:
+            # A set flag reruns the graph eagerly (to raise eager's error) on the same
+            # inputs: the compiled graph must not have updated them in place first.
+            graph.pop("in_place", None)
         return Instrumented(graph, len(self.flags), self.static_error)

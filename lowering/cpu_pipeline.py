@@ -7,11 +7,13 @@ in the upstream bindings (`mlir`), which have the LLVM backends.
 from __future__ import annotations
 
 import logging
+import functools
 import re
 
 from . import (bf16_rounding, buffer_copies, c_interface, cpu_fusion, cpu_outline,
+               graph_inputs,
                cpu_parallel, cpu_schedule, i1_storage, transpose_folding)
-from .mlir_runner import UPSTREAM, run_pipeline
+from .mlir_runner import UPSTREAM, PipelineFailure, run_pipeline
 from .unique_results import copy_repeated_results
 
 log = logging.getLogger("lazymlir.lowering.cpu")
@@ -101,13 +103,14 @@ UNFUSED_BUFFERIZE_PIPELINE = BUFFERIZE_PIPELINE.replace(
     "func.func(linalg-fuse-elementwise-ops),", "", 1)
 
 
-def _before_bufferize(module) -> None:
+def _before_bufferize(module, in_place: bool | str = True) -> None:
     copy_repeated_results(module)
     buffer_copies.unshare_fills(module)
+    graph_inputs.protect_inputs(module, in_place)
 
 
 def _before_bufferize_cuda(module) -> None:
-    _before_bufferize(module)
+    _before_bufferize(module, in_place=False)
     # The matmul kernels read operands through their indexing maps: no transpose copies.
     transpose_folding.fold_transposes(module)
 
@@ -123,7 +126,13 @@ def to_bufferized(text: str, target: str = "cpu"):
             # Only then: eliminate-empty-tensors crashes on some other graphs
             # (an LSTM training step's) in these MLIR bindings.
             text, pipeline = fused, ROWS_BUFFERIZE_PIPELINE
-    module = run_pipeline(UPSTREAM, text, pipeline, before=before)
+    if target == "cpu" and graph_inputs.IN_PLACE in text \
+            and "eliminate-empty-tensors" not in pipeline:
+        # An in-place update (graph_inputs.py) computes straight into its input's
+        # buffer only once its tensor.empty destination is replaced by that input.
+        pipeline = pipeline.replace("one-shot-bufferize{", "eliminate-empty-tensors,"
+                                    "one-shot-bufferize{", 1)
+    module = _bufferize(text, pipeline, before)
     if target == "cpu" and len(_CONTRACTION.findall(str(module))) < \
             len(_CONTRACTION.findall(text)):
         # linalg-fuse-elementwise-ops propagated a reshape through a matmul
@@ -131,11 +140,24 @@ def to_bufferized(text: str, target: str = "cpu"):
         # LayerNorm) into the contraction: recomputed per multiply-add, in a
         # generic the schedule cannot tile (scalar loops, ~100x slower in a
         # GPT step). Such graphs are bufferized without elementwise fusion.
-        module = run_pipeline(UPSTREAM, text, UNFUSED_BUFFERIZE_PIPELINE,
-                              before=_before_bufferize)
+        module = _bufferize(text, UNFUSED_BUFFERIZE_PIPELINE, _before_bufferize)
+    with module.context:
+        graph_inputs.drop_in_place_results(module)
     # LLVM 22 cannot lower i1 buffers: store bools as bytes (i1_storage).
     i1_storage.store_bools_as_bytes(module)
     return module
+
+
+def _bufferize(text: str, pipeline: str, before):
+    try:
+        return run_pipeline(UPSTREAM, text, pipeline, before=before)
+    except PipelineFailure:
+        if graph_inputs.IN_PLACE not in text or before is _before_bufferize_cuda:
+            raise
+    # Bufferization refused to materialize an in-place update in its input: the
+    # update is computed aside and copied in last (graph_inputs.protect_inputs).
+    return run_pipeline(UPSTREAM, text, pipeline,
+                        before=functools.partial(_before_bufferize, in_place="copy"))
 
 
 def _unscheduled(module) -> None:

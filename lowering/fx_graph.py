@@ -9,6 +9,10 @@ a `torch.fx.GraphModule` whose nodes carry the fake-tensor metadata that
 torch-mlir's FX importer needs. We build the FX graph ourselves instead of
 calling `torch.export`, which took over a second for a small module.
 
+A graph may also name in-place updates, `"in_place": [[input, output], ...]`:
+after a run, input `input` holds the value of output `output` (what a `copy_`
+into a graph input means; see `in_place_pairs`).
+
 References to values are `{"ref": [kind, index, output]}` with kind `input`
 (a tensor input), `node` (output `output` of node `index`) or `scalar` (a
 Python number passed at run time, so a changing learning rate does not change
@@ -98,6 +102,26 @@ def output_metas(graph: dict) -> list[tuple[list[int], torch.dtype]]:
         desc = graph["inputs"][index] if kind == "input" else graph["nodes"][index]["outputs"][out]
         metas.append((desc["shape"], dtype_from_name(desc["dtype"])))
     return metas
+
+
+def in_place_pairs(graph: dict) -> list[tuple[int, int]]:
+    """The graph's in-place updates a compiled graph may write straight into the input:
+    (input, output) pairs of its "in_place" entry (torch.compile's parameter updates,
+    lazymlir/dynamo.py) whose output is computed by the graph and has the input's
+    shape and dtype; other pairs are copied into the input after the run
+    (execution/executor.py). At most one pair per input and per output."""
+    pairs, inputs, outputs = [], set(), set()
+    for input_index, output_index in graph.get("in_place", ()):
+        kind, index, out = graph["outputs"][output_index]["ref"]
+        if kind != "node" or input_index in inputs or output_index in outputs:
+            continue
+        desc, target = graph["nodes"][index]["outputs"][out], graph["inputs"][input_index]
+        if desc["shape"] != target["shape"] or desc["dtype"] != target["dtype"]:
+            continue
+        pairs.append((input_index, output_index))
+        inputs.add(input_index)
+        outputs.add(output_index)
+    return pairs
 
 
 def structural_hash(graph: dict, target: str) -> str:

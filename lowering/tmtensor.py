@@ -20,7 +20,8 @@ is first moved next to the loops that read it, see `_sink_to_buffers`). One-Shot
 Analysis only accepts `to_tensor` marked `restrict` (no other tensor aliases
 its buffer), which holds for these: each wraps a buffer that
 `tm-tensor-bufferize` has just allocated and only its loops write, before the
-tensor's first use. `to_loops` adds the marker to exactly those.
+tensor's first use. `to_loops` adds the marker to exactly those, and marks the
+`to_buffer`s `read_only` (the loops never write an input).
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ def to_loops(module):
                            context=module.context)
     _sink_to_buffers(lowered)
     _mark_restrict(lowered)
+    _mark_read_only(lowered)
     return lowered
 
 
@@ -113,6 +115,16 @@ def _mark_restrict(module) -> None:
             if (op.name == "bufferization.to_tensor" and "restrict" not in op.attributes
                     and _allocated(op.operands[0])):
                 op.attributes["restrict"] = TORCH_MLIR.ir.UnitAttr.get()
+
+
+def _mark_read_only(module) -> None:
+    """Mark every `to_buffer` `read_only`: the loops only read through them (the result
+    is a fresh buffer). Graph inputs are not writable (graph_inputs.py), so a
+    `to_buffer` of one that might be written made bufferization copy the input first."""
+    with module.context:
+        for op in walk(module.operation):
+            if op.name == "bufferization.to_buffer" and "read_only" not in op.attributes:
+                op.attributes["read_only"] = TORCH_MLIR.ir.UnitAttr.get()
 
 
 def _allocated(value) -> bool:

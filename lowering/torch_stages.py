@@ -7,7 +7,7 @@ textual, which was verified to round-trip.
 
 from __future__ import annotations
 
-from . import fx_graph, numerics, tmtensor, unused_results
+from . import fx_graph, graph_inputs, numerics, tmtensor, unused_results
 from .mlir_runner import TORCH_MLIR, print_module, run_pipeline
 
 TORCH_BACKEND_PIPELINE = (
@@ -33,11 +33,27 @@ def import_fx(fx_text: str):
     from torch_mlir.extras.fx_importer import FxImporter
 
     # Eager's numerics (accumulation types, NaN rules, blocked sums): numerics.py.
-    gm = numerics.apply(fx_graph.to_graph_module(fx_graph.loads(fx_text)))
+    graph = fx_graph.loads(fx_text)
+    gm = numerics.apply(fx_graph.to_graph_module(graph))
     importer = FxImporter(context=TORCH_MLIR.context())
     importer.import_stateless_graph(gm.graph, func_name="main")
+    pairs = fx_graph.in_place_pairs(graph)
+    if pairs:  # for bufferization (lowering/graph_inputs.py)
+        _mark_in_place(importer.module, pairs)
     # Re-parse so the caller gets a module with the usual text form.
     return run_pipeline(TORCH_MLIR, print_module(importer.module), None)
+
+
+def _mark_in_place(module, pairs: list[tuple[int, int]]) -> None:
+    ir = TORCH_MLIR.ir
+    with module.context:
+        i64 = ir.IntegerType.get_signless(64)
+        value = ir.ArrayAttr.get([ir.ArrayAttr.get([ir.IntegerAttr.get(i64, i) for i in pair])
+                                  for pair in pairs])
+        for func in module.body.operations:
+            if func.operation.name == "func.func" and \
+                    ir.StringAttr(func.operation.attributes["sym_name"]).value == "main":
+                func.operation.attributes[graph_inputs.IN_PLACE] = value
 
 
 def to_torch_backend(text: str):

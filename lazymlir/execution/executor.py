@@ -40,6 +40,11 @@ log = logging.getLogger("lazymlir.executor")
 def execute(graph: dict, inputs: list, scalars: list[float], key: str | None = None) -> list:
     """Run `graph` on target buffers `inputs` and scalar values; returns output buffers.
 
+    A graph's in-place update (fx_graph "in_place": input i gets output k) that the
+    compiled code wrote into input i returns input i itself as output k; any other
+    plan (a split graph, an instrumented one, the cuda target) returns a new buffer,
+    which the caller copies into its input (lazymlir/dynamo.py).
+
     `key`: the graph's structural hash for the active target, if the caller
     keeps it (torch.compile graphs run many times unchanged).
     """
@@ -195,7 +200,7 @@ def _make_plan(current, target, graph: dict, key: str):
     disk = _disk(current)
     if artifact is not None:
         try:
-            plan = Compiled(target.load(artifact, fx_graph.output_metas(graph)), original, flags)
+            plan = Compiled(_load(target, artifact, graph), original, flags)
             current.metrics.inc("CachedCompile")
             current.metrics.inc("DiskCacheHit")
             return plan
@@ -211,7 +216,12 @@ def _make_plan(current, target, graph: dict, key: str):
         return _partition(current, target, original, error)
     if disk is not None and not stored:
         disk.save(entry, artifact, text)
-    return Compiled(target.load(artifact, fx_graph.output_metas(graph)), original, flags)
+    return Compiled(_load(target, artifact, graph), original, flags)
+
+
+def _load(target, artifact, graph: dict):
+    """The executable compiled from `graph` (the instrumented one, if checked)."""
+    return target.load(artifact, fx_graph.output_metas(graph), fx_graph.in_place_pairs(graph))
 
 
 # ------------------------------------------------------------- compiling

@@ -4,7 +4,7 @@ A target owns where lazy values live and how a compiled graph runs:
 
     upload(cpu_tensor) -> data          host tensor -> target buffer
     download(data, meta) -> cpu_tensor  target buffer -> host tensor
-    load(artifact_dir, output_metas) -> Executable
+    load(artifact_dir, output_metas, in_place) -> Executable
                                         a compiled artifact (what lowering.artifacts
                                         wrote into a folder) -> something that runs
     Executable.run(list[data]) -> list[data]
@@ -27,6 +27,11 @@ OutputMetas = list[tuple[list[int], torch.dtype]]
 
 
 class Executable(ABC):
+    # (input, output) pairs the executable updates in place: it writes output `output`
+    # into input `input`'s memory and returns that input in its place. The executor
+    # copies the other in-place updates a graph names (lowering/fx_graph.in_place_pairs).
+    in_place: tuple[tuple[int, int], ...] = ()
+
     @abstractmethod
     def run(self, inputs: list) -> list:
         """Run on target buffers (graph inputs, in order); returns the output buffers."""
@@ -79,8 +84,11 @@ class Target(ABC):
         raise NotImplementedError(f"the {self.name} target has no DLPack device")
 
     @abstractmethod
-    def load(self, artifact: Path, output_metas: OutputMetas) -> Executable:
-        """The executable stored in the folder `artifact` (raises OSError/ValueError if bad)."""
+    def load(self, artifact: Path, output_metas: OutputMetas,
+             in_place: tuple[tuple[int, int], ...] = ()) -> Executable:
+        """The executable stored in the folder `artifact` (raises OSError/ValueError if bad).
+        `in_place`: the graph's in-place pairs, which a target whose compiled code
+        writes them into their inputs honours (the cpu target)."""
 
     def is_complete(self, artifact: Path) -> bool:
         """Whether `artifact` holds every file its manifest lists, intact (size and

@@ -136,14 +136,21 @@ def _contiguous_strides(shape) -> tuple[int, ...]:
 class CpuExecutable(Executable):
     """A compiled graph: run(list of input CPU tensors) -> list of output CPU tensors."""
 
-    def __init__(self, so_path: Path, output_metas: OutputMetas):
+    def __init__(self, so_path: Path, output_metas: OutputMetas,
+                 in_place: tuple[tuple[int, int], ...] = ()):
         self.so_path = Path(so_path)
         self.output_metas = output_metas
+        # Outputs written into their inputs: the compiled function has no out-parameter
+        # for them (lowering/graph_inputs.py) and writes those inputs.
+        self.in_place = tuple(in_place)
+        self._in_place_outputs = {output: input for input, output in self.in_place}
+        self._written = [input for input, _ in self.in_place]
         # torch.empty_strided with the shape and strides as tuples: torch.empty(shape,
         # dtype=) took 3.8 us a call, this 1.9 (its argument parsing), and an MLP
         # training step allocates 13 outputs.
         self._allocations = [(tuple(shape), _contiguous_strides(shape), dtype)
-                             for shape, dtype in output_metas]
+                             for k, (shape, dtype) in enumerate(output_metas)
+                             if k not in self._in_place_outputs]
         _allocator()  # defines the buffer functions the graph calls...
         _threads()  # ...the OpenMP entry points of its parallel loops...
         load_builtins()  # ...and the compiler runtime functions the system may lack
@@ -160,10 +167,11 @@ class CpuExecutable(Executable):
         outputs = [empty(shape, strides, dtype=dtype)
                    for shape, strides, dtype in self._allocations]
         dense = [t if t.is_contiguous() else t.contiguous() for t in inputs]  # kept alive
+        written = self._written
         frame = getattr(self._frames, "frame", None)
         if frame is None or len(frame[0]) != len(dense) + len(outputs) or any(
                 t.shape != shape for t, shape in zip(dense, frame[1])):
-            descriptors = [_descriptor(t, False) for t in dense] + \
+            descriptors = [_descriptor(t, i in written) for i, t in enumerate(dense)] + \
                 [_descriptor(t, True) for t in outputs]
             frame = (descriptors, [t.shape for t in dense],
                      [ctypes.pointer(d) for d in descriptors])
@@ -174,8 +182,17 @@ class CpuExecutable(Executable):
                 desc.allocated = desc.aligned = t.const_data_ptr()
             for desc, t in zip(descriptors[len(dense):], outputs):
                 desc.allocated = desc.aligned = t.data_ptr()
+            for i in written:  # data_ptr(): a copy-on-write input gets its own memory first
+                descriptors[i].allocated = descriptors[i].aligned = dense[i].data_ptr()
         self._entry(*frame[2])
-        return outputs
+        if not self.in_place:
+            return outputs
+        for i in written:
+            if dense[i] is not inputs[i]:  # a strided input was written as a dense copy
+                inputs[i].copy_(dense[i])
+        fresh = iter(outputs)
+        return [inputs[self._in_place_outputs[k]] if k in self._in_place_outputs
+                else next(fresh) for k in range(len(self.output_metas))]
 
 
 @cache
@@ -241,5 +258,5 @@ class CpuTarget(Target):
         tensor = torch.from_dlpack(source).contiguous()
         return tensor, tuple(tensor.shape), tensor.dtype
 
-    def load(self, artifact: Path, output_metas: OutputMetas) -> CpuExecutable:
-        return CpuExecutable(Path(artifact) / SO_NAME, output_metas)
+    def load(self, artifact: Path, output_metas: OutputMetas, in_place=()) -> CpuExecutable:
+        return CpuExecutable(Path(artifact) / SO_NAME, output_metas, in_place)

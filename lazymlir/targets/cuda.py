@@ -228,5 +228,7 @@ class CudaTarget(Target):
             buf = own
         return buf, tensor.shape, tensor.dtype
 
-    def load(self, artifact: Path, output_metas: OutputMetas) -> CudaExecutable:
+    def load(self, artifact: Path, output_metas: OutputMetas, in_place=()) -> CudaExecutable:
+        # The cuda pipeline compiles no in-place updates (graph_inputs.protect_inputs):
+        # the executor copies them.
         return CudaExecutable.load(artifact, output_metas, self.runtime)

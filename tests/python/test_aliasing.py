@@ -115,3 +115,15 @@ def test_host_copies_are_independent_of_the_device_value():
     z = x + 0                            # a graph reading x after its source changed
     assert torch.equal(z.cpu(), torch.arange(6, dtype=torch.float32))
     assert_no_fallback()
+
+
+def test_a_graph_never_writes_the_memory_of_its_inputs():
+    """slice_scatter's result was bufferized into its input's buffer, which `.to(DEVICE)`
+    shares (copy-on-write) with the host tensor: the host tensor changed."""
+    host, rows = torch.zeros(4, 3), torch.ones(2, 3)
+    x, y = host.to(DEVICE), rows.to(DEVICE)
+    z = torch.slice_scatter(x, y, 0, 0, 2)
+    assert torch.equal(z.cpu(), torch.slice_scatter(host, rows, 0, 0, 2))
+    assert torch.equal(host, torch.zeros(4, 3))
+    assert torch.equal(x.cpu(), torch.zeros(4, 3))
+    assert_no_fallback()

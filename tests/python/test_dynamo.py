@@ -111,6 +111,78 @@ def test_input_mutations_and_outputs_aliasing_inputs():
     assert_no_fallback()
 
 
+def test_compiled_graphs_never_write_their_inputs():
+    """slice_scatter's result was bufferized into its input's buffer: the caller's x changed."""
+    _check_against_eager(lambda x, y: (torch.slice_scatter(x, y, 0, 0, 2),),
+                         lambda: (torch.zeros(4, 3), torch.ones(2, 3)))
+    assert_no_fallback()
+
+
+def _in_place_executables() -> list:
+    """The compiled executables of this session that update inputs in place."""
+    cache = lazymlir.session.current().graph_cache
+    plans = list(cache._memory.values()) if cache is not None else []
+    return [p.executable for p in plans if getattr(p, "executable", None) is not None
+            and p.executable.in_place]
+
+
+@pytest.mark.parametrize("make_optimizer", [
+    lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9),
+    lambda p: torch.optim.Adam(p, lr=0.01),
+    lambda p: torch.optim.AdamW(p, lr=0.01, weight_decay=0.1),
+], ids=["sgd-momentum", "adam", "adamw"])
+def test_a_compiled_optimizer_step_updates_parameters_and_state_in_place(make_optimizer):
+    """AOTAutograd keeps an inference graph's input mutations in the graph
+    (keep_inference_input_mutations): the compiled step writes each parameter and
+    state tensor where it is (lowering/graph_inputs.py), with no new tensors copied back."""
+    eager, compiled = _mlp(), _mlp()
+    opts = [make_optimizer(m.parameters()) for m in (eager, compiled)]
+    step = _compile(opts[1].step)
+    x, y = torch.randn(6, 8), torch.randn(6, 4)
+    pointers = None
+    for _ in range(3):
+        for model, opt, run in ((eager, opts[0], opts[0].step), (compiled, opts[1], step)):
+            opt.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            run()
+        state = [t for s in opts[1].state.values() for t in s.values()
+                 if isinstance(t, torch.Tensor) and t.dim()]
+        now = [t.data_ptr() for t in [*compiled.parameters(), *state]]
+        assert pointers is None or now == pointers  # updated where they are
+        pointers = now
+    _assert_same_state(eager, compiled)
+    for a, b in zip(opts[0].state.values(), opts[1].state.values()):
+        for name in a:
+            torch.testing.assert_close(b[name], a[name], rtol=1e-5, atol=1e-6)
+    updated = {i for e in _in_place_executables() for i, _ in e.in_place}
+    assert len(updated) >= len(list(compiled.parameters())), updated
+    assert_no_fallback()
+
+
+def test_in_place_updates_of_strided_inputs_and_of_transposed_reads_match_eager():
+    """A strided input is updated through a dense copy written back; an update reading
+    its input transposed is computed aside and copied in (bufferization's analysis)."""
+    def f(x, w):
+        x.mul_(2)
+        w.add_(w.t().contiguous())  # (eager refuses an overlapping w.add_(w.t()))
+        return x.sum(), w.t() * 1
+
+    _check_against_eager(f, lambda: (torch.arange(12.0).reshape(3, 4).t(),
+                                     torch.arange(16.0).reshape(4, 4)))
+    assert_no_fallback()
+
+
+def test_an_update_through_a_view_also_returned_matches_eager():
+    """Bufferization refuses to materialize this update in x (x is also a result): the
+    graph is compiled with the update copied into x last (lowering/cpu_pipeline.py)."""
+    def f(x):
+        x[1:].mul_(3)
+        return (x,)
+
+    _check_against_eager(f, lambda: (torch.arange(12.0).reshape(3, 4),))
+    assert_no_fallback()
+
+
 def test_two_inputs_aliasing_each_other():
     """AOTAutograd passes overlapping inputs as one synthetic base and rebuilds them
     with as_strided_scatter, which torch-mlir does not lower: that op runs eagerly

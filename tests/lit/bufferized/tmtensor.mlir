@@ -1,7 +1,8 @@
 // RUN: lazymlir-opt %s --stage=bufferized | FileCheck %s
 
 // What a TMTensor op becomes in the `linalg` stage (lowering/tmtensor.py): loops over a
-// fresh buffer wrapped in a `restrict` to_tensor, inputs read through to_buffer. One-shot
+// fresh buffer wrapped in a `restrict` to_tensor, inputs read through `read_only` to_buffer (graph
+// inputs are not writable: without the marker each input was copied first). One-shot
 // bufferization resolves both: here the loops write the result out-parameter directly.
 // lazymlir-stage: linalg
 module {
@@ -10,9 +11,9 @@ module {
     %c2 = arith.constant 2 : index
     %c1 = arith.constant 1 : index
     %c0 = arith.constant 0 : index
-    %0 = bufferization.to_buffer %arg0 : tensor<4x5xf32> to memref<4x5xf32>
-    %1 = bufferization.to_buffer %arg1 : tensor<2xi64> to memref<2xi64>
-    %2 = bufferization.to_buffer %arg2 : tensor<2x5xf32> to memref<2x5xf32>
+    %0 = bufferization.to_buffer %arg0 read_only : tensor<4x5xf32> to memref<4x5xf32>
+    %1 = bufferization.to_buffer %arg1 read_only : tensor<2xi64> to memref<2xi64>
+    %2 = bufferization.to_buffer %arg2 read_only : tensor<2x5xf32> to memref<2x5xf32>
     %alloc = memref.alloc() : memref<4x5xf32>
     %3 = bufferization.to_tensor %alloc restrict : memref<4x5xf32> to tensor<4x5xf32>
     memref.copy %0, %alloc : memref<4x5xf32> to memref<4x5xf32>

@@ -18,8 +18,8 @@ module {
 // CHECK-NOT: tm_tensor
 // CHECK: %[[OUT:.*]] = memref.alloc() : memref<4x5xf32>
 // CHECK: %[[RESULT:.*]] = bufferization.to_tensor %[[OUT]] restrict : memref<4x5xf32> to tensor<4x5xf32>
-// Inputs are read through to_buffer placed right before their first reader.
-// CHECK-NEXT: %[[INIT:.*]] = bufferization.to_buffer %[[ARG0]] : tensor<4x5xf32> to memref<4x5xf32>
+// Inputs are read through read_only to_buffer placed right before their first reader.
+// CHECK-NEXT: %[[INIT:.*]] = bufferization.to_buffer %[[ARG0]] read_only : tensor<4x5xf32> to memref<4x5xf32>
 // CHECK-NEXT: memref.copy %[[INIT]], %[[OUT]] : memref<4x5xf32> to memref<4x5xf32>
 // CHECK-NEXT: bufferization.to_buffer
 // CHECK-NEXT: bufferization.to_buffer
