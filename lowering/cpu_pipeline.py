@@ -6,13 +6,12 @@ in the upstream bindings (`mlir`), which have the LLVM backends.
 
 from __future__ import annotations
 
-import logging
 import functools
+import logging
 import re
 
 from . import (bf16_rounding, buffer_copies, c_interface, cpu_fusion, cpu_outline,
-               graph_inputs,
-               cpu_parallel, cpu_schedule, i1_storage, transpose_folding)
+               cpu_parallel, cpu_schedule, graph_inputs, i1_storage, transpose_folding)
 from .mlir_runner import UPSTREAM, PipelineFailure, run_pipeline
 from .unique_results import copy_repeated_results
 

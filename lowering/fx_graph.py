@@ -108,8 +108,8 @@ def in_place_pairs(graph: dict) -> list[tuple[int, int]]:
     """The graph's in-place updates a compiled graph may write straight into the input:
     (input, output) pairs of its "in_place" entry (torch.compile's parameter updates,
     lazymlir/dynamo.py) whose output is computed by the graph and has the input's
-    shape and dtype; other pairs are copied into the input after the run
-    (execution/executor.py). At most one pair per input and per output."""
+    shape and dtype; the caller copies the others into the input after the run
+    (lazymlir/dynamo.py). At most one pair per input and per output."""
     pairs, inputs, outputs = [], set(), set()
     for input_index, output_index in graph.get("in_place", ()):
         kind, index, out = graph["outputs"][output_index]["ref"]

@@ -15,12 +15,14 @@ function attribute `lazymlir.in_place` (pairs [input, result], written by the
 `torch` stage from the fx graph's "in_place"; lowering/fx_graph.py). Such a
 result is materialized in its input's buffer
 (`bufferization.materialize_in_destination`), that argument stays writable, and
-the result is dropped from the function's results (`drop-equivalent-buffer-results`
-in the bufferize pipeline): the runtime passes the input and gets no output
-buffer for it. Whether the update computes straight into the input's memory or
-into a temporary copied there at the end is one-shot bufferization's own
-conflict analysis: a read of the old value after the write, or an op reading and
-writing the buffer at different elements (a transpose), gets the copy.
+its out-parameter is dropped after bufferization (`drop_in_place_results`): the
+runtime passes the input and no output buffer for it. Whether the update computes
+straight into the input's memory or into a temporary copied there at the end is
+one-shot bufferization's own conflict analysis: a read of the old value after the
+write, or an op reading and writing the buffer at different elements (a
+transpose), gets the copy. Where bufferization refuses the materialization
+altogether, the graph is bufferized again with every input read-only and each
+update copied into its input last (`protect_inputs(..., "copy")`; cpu_pipeline.py).
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ def protect_inputs(module, in_place: bool | str = True) -> None:
     """Mark the public functions' tensor arguments read-only, except those updated in
     place, whose new values are materialized in them (call inside the module's context).
     `in_place=False` (the cuda target, whose runtime passes every output buffer): none
-    is updated in place; the executor copies the results into the inputs.
+    is updated in place; the caller copies the results into the inputs (dynamo.py).
     `in_place="copy"`: every input stays read-only to bufferization, and
     `drop_in_place_results` copies each in-place result into its input at the end
     (for a graph whose materialization bufferization refused: `x[1:].mul_(3)` gave

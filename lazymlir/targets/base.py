@@ -28,8 +28,8 @@ OutputMetas = list[tuple[list[int], torch.dtype]]
 
 class Executable(ABC):
     # (input, output) pairs the executable updates in place: it writes output `output`
-    # into input `input`'s memory and returns that input in its place. The executor
-    # copies the other in-place updates a graph names (lowering/fx_graph.in_place_pairs).
+    # into input `input`'s memory and returns that input in its place. The caller
+    # copies the other in-place updates a graph names (lazymlir/dynamo.py).
     in_place: tuple[tuple[int, int], ...] = ()
 
     @abstractmethod

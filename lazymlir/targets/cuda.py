@@ -230,5 +230,5 @@ class CudaTarget(Target):
 
     def load(self, artifact: Path, output_metas: OutputMetas, in_place=()) -> CudaExecutable:
         # The cuda pipeline compiles no in-place updates (graph_inputs.protect_inputs):
-        # the executor copies them.
+        # the caller copies them (lazymlir/dynamo.py).
         return CudaExecutable.load(artifact, output_metas, self.runtime)
