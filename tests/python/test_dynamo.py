@@ -183,6 +183,23 @@ def test_an_update_through_a_view_also_returned_matches_eager():
     assert_no_fallback()
 
 
+def test_an_in_place_update_in_a_graph_with_index_checks():
+    """A graph with bounds checks is compiled without its in-place updates (a failed
+    check reruns it eagerly on the same inputs): the update is copied in after the run,
+    and a bad index raises eager's error with the input not yet updated (eager has
+    updated it before raising)."""
+    def f(x, idx):
+        x.add_(1)
+        return (x[idx] * 2,)
+
+    _check_against_eager(f, lambda: (torch.arange(5.0), torch.tensor([1, 3])))
+    x = torch.arange(5.0)
+    with pytest.raises(IndexError, match="index 7 is out of bounds for dimension 0 with size 5"):
+        _compile(f)(x, torch.tensor([1, 7]))
+    assert torch.equal(x, torch.arange(5.0))
+    assert_no_fallback()
+
+
 def test_two_inputs_aliasing_each_other():
     """AOTAutograd passes overlapping inputs as one synthetic base and rebuilds them
     with as_strided_scatter, which torch-mlir does not lower: that op runs eagerly
