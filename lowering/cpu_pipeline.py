@@ -155,6 +155,8 @@ def _bufferize(text: str, pipeline: str, before):
             raise
     # Bufferization refused to materialize an in-place update in its input: the
     # update is computed aside and copied in last (graph_inputs.protect_inputs).
+    log.debug("in-place updates copied into their inputs: bufferization refused to "
+              "materialize them")
     return run_pipeline(UPSTREAM, text, pipeline,
                         before=functools.partial(_before_bufferize, in_place="copy"))
 
