@@ -178,8 +178,9 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, eager_while_compiling=Non
 
 def _update_inputs(target, in_place, originals: list, outs: list, metas) -> None:
     """The copy_ of each in-place update the run did not write into the caller's tensor:
-    the cpu target's compiled code writes its input buffer, which is the caller's tensor
-    unless that was strided (borrowed as a dense copy); other plans return a new buffer."""
+    the cpu target's compiled code writes its input buffer and returns it, which is the
+    caller's tensor unless that was strided (a dense copy); other plans return a new
+    buffer."""
     for (_, output), original in zip(in_place, originals):
         value = outs[output]
         if value is not original:

@@ -29,8 +29,7 @@ from __future__ import annotations
 
 from . import cpu_parallel
 from .cpu_parallel import MIN_PARALLEL_ELEMENTS
-from .mlir_runner import map_results
-from .mlir_runner import UPSTREAM, run_pipeline
+from .mlir_runner import UPSTREAM, map_results, run_pipeline
 
 TAG = "lazymlir.rows"
 

@@ -340,6 +340,11 @@ def _parallel_outer_plan(op, index: int) -> Plan | None:
     return Plan(index, script) if script else None
 
 
+def _is_dim(expr: str) -> bool:
+    """An affine map result that is one loop dim (`d3`), not a constant or compound."""
+    return expr.startswith("d") and expr[1:].isdigit()
+
+
 def _contiguous_inner(maps, rank: int) -> bool:
     """Every operand reads or writes the innermost loop as its own innermost dim, or
     does not depend on it (a broadcast): the loop's vectors are contiguous loads."""
@@ -348,7 +353,7 @@ def _contiguous_inner(maps, rank: int) -> bool:
         results = map_results(amap)
         if last in results[:-1]:
             return False
-        if any(not (r.startswith("d") and r[1:].isdigit()) for r in results):
+        if not all(_is_dim(r) for r in results):
             return False  # a constant or compound index
     return True
 
@@ -519,7 +524,7 @@ def _loop_sizes(op, rank: int) -> list[int] | None:
         if shape is None:
             return None  # a dynamic size (a boolean-mask index): no static schedule
         for extent, expr in zip(shape, map_results(amap)):
-            if expr.startswith("d") and expr[1:].isdigit():
+            if _is_dim(expr):
                 sizes[int(expr[1:])] = extent
     if any(s is None for s in sizes):
         return None

@@ -28,8 +28,9 @@ OutputMetas = list[tuple[list[int], torch.dtype]]
 
 class Executable(ABC):
     # (input, output) pairs the executable updates in place: it writes output `output`
-    # into input `input`'s memory and returns that input in its place. The caller
-    # copies the other in-place updates a graph names (lazymlir/dynamo.py).
+    # into input `input`'s memory and returns that input in its place (a strided input:
+    # the dense copy it wrote). The caller copies whatever output is not its own tensor
+    # into it, as it does the in-place updates of other plans (lazymlir/dynamo.py).
     in_place: tuple[tuple[int, int], ...] = ()
 
     @abstractmethod

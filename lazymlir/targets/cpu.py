@@ -19,6 +19,8 @@ from functools import cache
 from pathlib import Path
 
 import torch
+# torch's own contiguous strides (zero-size dims count as 1, as torch.empty's do).
+from torch._prims_common import make_contiguous_strides_for
 
 from .. import session
 from ..support import host_isa
@@ -125,14 +127,6 @@ def _descriptor(tensor: torch.Tensor, written: bool):
     return desc
 
 
-def _contiguous_strides(shape) -> tuple[int, ...]:
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= max(size, 1)
-    return tuple(reversed(strides))
-
-
 class CpuExecutable(Executable):
     """A compiled graph: run(list of input CPU tensors) -> list of output CPU tensors."""
 
@@ -148,7 +142,7 @@ class CpuExecutable(Executable):
         # torch.empty_strided with the shape and strides as tuples: torch.empty(shape,
         # dtype=) took 3.8 us a call, this 1.9 (its argument parsing), and an MLP
         # training step allocates 13 outputs.
-        self._allocations = [(tuple(shape), _contiguous_strides(shape), dtype)
+        self._allocations = [(tuple(shape), make_contiguous_strides_for(shape), dtype)
                              for k, (shape, dtype) in enumerate(output_metas)
                              if k not in self._in_place_outputs]
         _allocator()  # defines the buffer functions the graph calls...
@@ -187,11 +181,10 @@ class CpuExecutable(Executable):
         self._entry(*frame[2])
         if not self.in_place:
             return outputs
-        for i in written:
-            if dense[i] is not inputs[i]:  # a strided input was written as a dense copy
-                inputs[i].copy_(dense[i])
+        # An updated input's output is the buffer written: the input itself, or the dense
+        # copy of a strided one, which the caller copies back (lazymlir/dynamo.py).
         fresh = iter(outputs)
-        return [inputs[self._in_place_outputs[k]] if k in self._in_place_outputs
+        return [dense[self._in_place_outputs[k]] if k in self._in_place_outputs
                 else next(fresh) for k in range(len(self.output_metas))]
 
 
