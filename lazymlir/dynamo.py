@@ -53,11 +53,12 @@ def _desc(value, what: str) -> dict:
     return {"shape": list(value.shape), "dtype": fx_graph.dtype_name(value.dtype)}
 
 
-def to_fx_stage(gm: torch.fx.GraphModule) -> tuple[dict, list, list[int | None]]:
+def to_fx_stage(gm: torch.fx.GraphModule) -> tuple[dict, list, list]:
     """(graph document, constant tensors appended to the inputs, output layout).
 
-    The layout maps each output of `gm` to a graph output index, or None where
-    `gm` returns None (AOTAutograd does for gradients nobody asked for).
+    The layout maps each output of `gm` to a graph output index, to `Passed(i)`
+    where `gm` returns its input i itself, or to None where `gm` returns None
+    (AOTAutograd does for gradients nobody asked for).
     """
     inputs: list[dict] = []
     constants: list[torch.Tensor] = []
@@ -125,6 +126,8 @@ def to_fx_stage(gm: torch.fx.GraphModule) -> tuple[dict, list, list[int | None]]
             for value in node.args[0]:
                 if value is None:
                     layout.append(None)
+                elif _passed_through(value, updates_of):
+                    layout.append(Passed(placeholders.index(value)))
                 else:
                     layout.append(len(outputs))
                     outputs.append(encode(value))
@@ -138,6 +141,19 @@ def to_fx_stage(gm: torch.fx.GraphModule) -> tuple[dict, list, list[int | None]]
     return graph, constants, layout
 
 
+class Passed(int):
+    """A layout entry: `gm` returns its input of this index itself."""
+
+
+def _passed_through(value, updates_of) -> bool:
+    """`value`, an output of the graph, is one of its inputs, unchanged: the caller's
+    tensor is the output (as inductor's code returns it). A forward graph returns
+    inputs the backward needs (the weights, the batch): as graph outputs, the compiled
+    code copied them (an MLP's forward copied 576 KB per step)."""
+    return isinstance(value, torch.fx.Node) and value.op == "placeholder" \
+        and value not in updates_of
+
+
 def _compile(gm: torch.fx.GraphModule, example_inputs, eager_while_compiling=None):
     graph, constants, layout = to_fx_stage(gm)
     target = targets.active()
@@ -146,9 +162,11 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, eager_while_compiling=Non
     # Compile now, in the background: AOTAutograd hands over the backward graph right
     # after the forward (_static_backend), so the two compile at once while Dynamo
     # finishes; the first run() waits for its graph.
-    executor.compile_ahead(graph, key)
+    computes = bool(graph["outputs"])
+    if computes:
+        executor.compile_ahead(graph, key)
 
-    devices = _output_devices(gm)
+    devices = _output_devices(gm, layout)
     # Dynamo guards on every input's device: the devices seen now are the devices of
     # every call, so they are checked once, here.
     _check_devices(example_inputs, target)
@@ -156,6 +174,7 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, eager_while_compiling=Non
     borrow = target.borrow
 
     in_place = graph.get("in_place", ())
+    passed_inputs = sorted({i for i in layout if type(i) is Passed})
 
     def run(args):
         if _eager_tier(eager_while_compiling) and executor.compile_pending(key):
@@ -163,13 +182,19 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, eager_while_compiling=Non
         inputs = [borrow(a) for a in args]
         inputs += borrowed_constants
         updated = [args[i] for i, _ in in_place]
+        passed = {i: args[i] for i in passed_inputs}
         args.clear()  # boxed calling convention: let AOTAutograd free what it can
-        outs = executor.execute(graph, inputs, [], key=key)
+        # (a graph whose outputs are all its inputs computes nothing: AOTAutograd
+        # drops nodes nobody reads)
+        outs = executor.execute(graph, inputs, [], key=key) if computes else []
         if in_place:
             _update_inputs(target, in_place, updated, outs, metas)
         # (the in-place updates, after the outputs AOTAutograd takes, are not given back)
         outs = [target.give_back(o, metas[i], devices[i])
                 for i, o in enumerate(outs[:len(devices)])]
+        if passed:
+            return [None if i is None else passed[i] if type(i) is Passed else outs[i]
+                    for i in layout]
         return [None if i is None else outs[i] for i in layout]
 
     run._boxed_call = True  # AOTAutograd's boxed convention (functorch.compile.make_boxed_func)
@@ -207,13 +232,13 @@ def _run_eagerly(gm: torch.fx.GraphModule, args: list) -> list:
     return list(outs)
 
 
-def _output_devices(gm: torch.fx.GraphModule) -> list[torch.device | None]:
-    """Per graph output (None entries left out, as in to_fx_stage's outputs), the CUDA
+def _output_devices(gm: torch.fx.GraphModule, layout: list) -> list[torch.device | None]:
+    """Per graph output (to_fx_stage's outputs: `layout`'s int entries), the CUDA
     device AOTAutograd's fake tensors put it on, or None for a CPU output."""
     devices = []
     for node in gm.graph.find_nodes(op="output"):
-        for value in node.args[0]:
-            if value is None:
+        for value, index in zip(node.args[0], layout):
+            if index is None or type(index) is Passed:
                 continue
             val = value.meta.get("val") if isinstance(value, torch.fx.Node) else value
             if val is None and value.op == "get_attr":
