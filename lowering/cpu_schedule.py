@@ -95,6 +95,9 @@ class Plan:
     contraction: bool = False
     # An elementwise op whose 0-d inputs are read once, before its loops.
     elementwise: bool = False
+    # A contraction whose K loop is not split into cache tiles: each accumulator
+    # register tile is read from the output once, before the K loop (_zero_inits).
+    reads_output_once: bool = False
 
 
 def _largest_divisor(dim: int, candidates: tuple[int, ...]) -> int:
@@ -201,7 +204,7 @@ def _contraction_plan(op, index: int) -> Plan | None:
         f"      transform.apply_patterns.memref.fold_memref_alias_ops\n"
         f"    }} : !transform.any_op\n"
     )
-    return Plan(index, script, contraction=True)
+    return Plan(index, script, contraction=True, reads_output_once=ck == k)
 
 
 def _parallel_tiles(m: int, n: int, cm: int, cn: int, rm: int, rn: int,
@@ -621,16 +624,82 @@ def _isolate_accumulator(op):
     return cast
 
 
+def _zero_fill_before(op):
+    """The `linalg.fill` of +0.0 into `op`'s output buffer that immediately precedes
+    `op` in its block, or None."""
+    from mlir import ir
+
+    previous = None
+    for candidate in op.operation.block.operations:
+        if candidate.operation == op.operation:
+            break
+        previous = candidate
+    if previous is None or previous.operation.name != "linalg.fill":
+        return None
+    value, output = list(previous.operation.operands)
+    if output != list(op.operation.operands)[-1] or isinstance(value.owner, ir.Block) \
+            or value.owner.operation.name != "arith.constant":
+        return None
+    constant = value.owner.operation.attributes["value"]
+    if not isinstance(constant, ir.FloatAttr):
+        return None
+    zero = ir.FloatAttr(constant).value
+    return previous if zero == 0.0 and math.copysign(1.0, zero) > 0 else None
+
+
+def _zero_inits(accumulators) -> None:
+    """Start contractions from zero registers instead of a zero-filled output.
+
+    torch-mlir writes `x @ w` as a fill of the output with 0 and a matmul that
+    accumulates into it: a memset of the whole output (512 KB for an MLP's
+    weight gradient), then one read of each register tile back before its K
+    loop, in another pass over memory. For a contraction whose K loop is not
+    split into cache tiles (Plan.reads_output_once), the hoisted read of each
+    accumulator tile (a `vector.transfer_read` of the output that only seeds
+    the K loop's `iter_args`) is replaced by a zero vector and the fill is
+    erased, which is what a BLAS does with beta = 0. Where any read of the
+    output is not such a seed (the hoisting did not happen), nothing changes.
+    `accumulators`: (the op's accumulator cast, the fill before it)."""
+    from mlir import ir
+    from mlir.dialects import arith
+
+    for cast, fill in accumulators:
+        reads = []
+        for use in cast.result.uses:
+            user = use.owner
+            if user.name == "vector.transfer_read":
+                seeds = [u for u in user.result.uses
+                         if u.owner.name == "scf.for" and u.operand_number >= 3]
+                if len(seeds) != len(list(user.result.uses)):
+                    break
+                reads.append(user)
+            elif user.name != "vector.transfer_write":
+                break
+        else:
+            for read in reads:
+                with ir.InsertionPoint(read), read.location:
+                    zeros = arith.ConstantOp(read.result.type, ir.DenseElementsAttr.get_splat(
+                        read.result.type, ir.FloatAttr.get(
+                            ir.VectorType(read.result.type).element_type, 0.0)))
+                read.result.replace_all_uses_with(zeros.result)
+                read.erase()
+            if reads:
+                fill.operation.erase()
+
+
 def _restore(casts) -> None:
     for cast in casts:
         cast.result.replace_all_uses_with(cast.operands[0])
         cast.erase()
 
 
-def build_script(module, isolated: list | None = None) -> str | None:
+def build_script(module, isolated: list | None = None,
+                 zero_inits: list | None = None) -> str | None:
     """Tag the ops a strategy fits and return the transform module text (None: nothing to do).
     The accumulator casts of contractions (`_isolate_accumulator`) are appended to
-    `isolated` (the caller removes them after the script ran); none without it."""
+    `isolated` (the caller removes them after the script ran); none without it.
+    Those of contractions that may start from zero registers go to `zero_inits`
+    too, with the fill before them (`_zero_inits`)."""
     from mlir import ir
 
     plans = []
@@ -644,9 +713,12 @@ def build_script(module, isolated: list | None = None) -> str | None:
                 if plan.elementwise:
                     _load_scalar_inputs(op)
                 if plan.contraction and isolated is not None:
+                    fill = _zero_fill_before(op) if plan.reads_output_once else None
                     cast = _isolate_accumulator(op)
                     if cast is not None:
                         isolated.append(cast)
+                        if fill is not None and zero_inits is not None:
+                            zero_inits.append((cast, fill))
                 break
     if not plans:
         return None
@@ -676,11 +748,12 @@ def apply(module) -> None:
     from mlir.dialects.transform import interpreter
 
     isolated: list = []
+    zero_inits: list = []
     context = module.context
     permissive = context.allow_unregistered_dialects
     context.allow_unregistered_dialects = True  # the accumulator casts, while they live
     try:
-        script = build_script(module, isolated)
+        script = build_script(module, isolated, zero_inits)
         if script is None:
             return
         transform_module = ir.Module.parse(script)
@@ -689,6 +762,7 @@ def apply(module) -> None:
             interpreter.apply_named_sequence(module.operation, entry, transform_module)
         except Exception as error:  # the caller retries (from the text) without it
             raise ScheduleFailure(f"cpu schedule failed: {error}") from None
+        _zero_inits(zero_inits)
         _restore(isolated)
     finally:
         context.allow_unregistered_dialects = permissive

@@ -89,10 +89,13 @@ module {
 }
 // CHECK-LABEL: func.func @mm$basic
 // CHECK-SAME: (%[[ARG0:.*]]: memref<4x8xf32>, %[[ARG1:.*]]: memref<8x16xf32>, %[[ARG2:.*]]: memref<4x16xf32>) {
-// Tiled and vectorized (lowering/cpu_schedule.py): the accumulator tile is read once,
-// carried through the K loop in registers and written once.
-// CHECK: %[[ACC:.*]] = vector.transfer_read %[[ARG2]][%{{.*}}, %{{.*}}], %{{.*}} {in_bounds = [true, true]} : memref<4x16xf32>, vector<4x16xf32>
-// CHECK: %[[RES:.*]] = scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%{{.*}} = %[[ACC]]) -> (vector<4x16xf32>) {
+// Tiled and vectorized (lowering/cpu_schedule.py): the accumulator tile starts as zero
+// registers (the fill of 0 is gone, and the output is never read), is carried through
+// the K loop in registers and written once.
+// CHECK: %[[ZERO:.*]] = arith.constant dense<0.000000e+00> : vector<4x16xf32>
+// CHECK-NOT: memref.store
+// CHECK-NOT: vector.transfer_read %[[ARG2]]
+// CHECK: %[[RES:.*]] = scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%{{.*}} = %[[ZERO]]) -> (vector<4x16xf32>) {
 // CHECK: vector.transfer_read %[[ARG0]]{{.*}} : memref<4x8xf32>, vector<4x4xf32>
 // CHECK: vector.transfer_read %[[ARG1]]{{.*}} : memref<8x16xf32>, vector<4x16xf32>
 // CHECK-NOT: memref.store
@@ -101,3 +104,39 @@ module {
 // CHECK: scf.yield
 // CHECK: vector.transfer_write %[[RES]], %[[ARG2]]
 // CHECK: return
+
+// -----
+
+// lazymlir-stage: bufferized
+module {
+  func.func @mm$one_init(%arg0: memref<4x8xf32>, %arg1: memref<8x16xf32>, %arg2: memref<4x16xf32>) {
+    %cst = arith.constant 1.000000e+00 : f32
+    linalg.fill ins(%cst : f32) outs(%arg2 : memref<4x16xf32>)
+    linalg.matmul ins(%arg0, %arg1 : memref<4x8xf32>, memref<8x16xf32>) outs(%arg2 : memref<4x16xf32>)
+    return
+  }
+}
+// Another initial value: the fill stays, and the accumulator tile is read from it.
+// CHECK-LABEL: func.func @mm$one_init
+// CHECK-SAME: %[[ARG2:[a-z0-9]+]]: memref<4x16xf32>) {
+// CHECK: memref.store %{{.*}}, %[[ARG2]]
+// CHECK: %[[ACC:.*]] = vector.transfer_read %[[ARG2]]
+// CHECK: scf.for %{{.*}} iter_args(%{{.*}} = %[[ACC]])
+
+// -----
+
+// lazymlir-stage: bufferized
+module {
+  func.func @mm$split_k(%arg0: memref<4x512xf32>, %arg1: memref<512x16xf32>, %arg2: memref<4x16xf32>) {
+    %cst = arith.constant 0.000000e+00 : f32
+    linalg.fill ins(%cst : f32) outs(%arg2 : memref<4x16xf32>)
+    linalg.matmul ins(%arg0, %arg1 : memref<4x512xf32>, memref<512x16xf32>) outs(%arg2 : memref<4x16xf32>)
+    return
+  }
+}
+// K split into cache tiles (2 x 256): the zero fill stays and seeds the accumulator.
+// CHECK-LABEL: func.func @mm$split_k
+// CHECK-SAME: %[[ARG2:[a-z0-9]+]]: memref<4x16xf32>) {
+// CHECK: memref.store %{{.*}}, %[[ARG2]]
+// CHECK: %[[ACC:.*]] = vector.transfer_read %[[ARG2]]
+// CHECK: scf.for %{{.*}} iter_args(%{{.*}} = %[[ACC]])
