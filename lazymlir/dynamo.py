@@ -172,6 +172,7 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, eager_while_compiling=Non
     _check_devices(example_inputs, target)
     borrowed_constants = [target.borrow(c) for c in constants]
     borrow = target.borrow
+    as_is = target.plain_cpu_tensors
 
     in_place = graph.get("in_place", ())
     passed_inputs = sorted({i for i in layout if type(i) is Passed})
@@ -179,7 +180,7 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, eager_while_compiling=Non
     def run(args):
         if _eager_tier(eager_while_compiling) and executor.compile_pending(key):
             return _run_eagerly(gm, args)
-        inputs = [borrow(a) for a in args]
+        inputs = list(args) if as_is else [borrow(a) for a in args]
         inputs += borrowed_constants
         updated = [args[i] for i, _ in in_place]
         passed = {i: args[i] for i in passed_inputs}
@@ -190,8 +191,9 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, eager_while_compiling=Non
         if in_place:
             _update_inputs(target, in_place, updated, outs, metas)
         # (the in-place updates, after the outputs AOTAutograd takes, are not given back)
-        outs = [target.give_back(o, metas[i], devices[i])
-                for i, o in enumerate(outs[:len(devices)])]
+        if not as_is:
+            outs = [target.give_back(o, metas[i], devices[i])
+                    for i, o in enumerate(outs[:len(devices)])]
         if passed:
             return [None if i is None else passed[i] if type(i) is Passed else outs[i]
                     for i in layout]

@@ -437,9 +437,10 @@ class Compiled:
         self.flags = flags
 
     def run(self, target, inputs: list, scalars: list[float]) -> list:
-        scalar_data = [target.upload(torch.tensor(s, dtype=fx_graph.SCALAR_DTYPE))
-                       for s in scalars]
-        outputs = self.executable.run(list(inputs) + scalar_data)
+        if scalars:
+            inputs = list(inputs) + [target.upload(torch.tensor(s, dtype=fx_graph.SCALAR_DTYPE))
+                                     for s in scalars]
+        outputs = self.executable.run(inputs)
         if not self.flags:
             return outputs
         flag = target.download(outputs.pop(), torch.empty((), dtype=torch.bool, device="meta"))

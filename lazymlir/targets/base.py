@@ -57,6 +57,10 @@ class Target(ABC):
         """What compiled artifacts depend on besides the graph (the disk cache keys on it)."""
         return self.name
 
+    # Buffers are the caller's CPU tensors both ways: `borrow` and `give_back` need not
+    # be called (the torch.compile path skips them, ~0.4 us per tensor per call).
+    plain_cpu_tensors = False
+
     def borrow(self, cpu: torch.Tensor):
         """`cpu` as an input buffer for one run (torch.compile path); may share its memory."""
         return self.upload(cpu)
