@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from . import cpu_parallel
 from .cpu_parallel import MIN_PARALLEL_ELEMENTS
-from .mlir_runner import UPSTREAM, map_results, run_pipeline
+from .mlir_runner import UPSTREAM, map_results, run_pipeline, walk
 
 TAG = "lazymlir.rows"
 
@@ -163,25 +163,12 @@ def fuse_rows(text: str) -> str | None:
         root.attributes[TAG] = ir.UnitAttr.get()
         script = ir.Module.parse(_script(tile, rank))
         interpreter.apply_named_sequence(module.operation, script.body.operations[0], script)
-        root_tagged = [op for op in _walk(module) if TAG in op.attributes]
+        root_tagged = [op for op in walk(module.operation) if TAG in op.attributes]
         for op in root_tagged:
             del op.attributes[TAG]
         if not parallel:
-            for op in _walk(module):
+            for op in walk(module.operation):
                 if op.name == "scf.forall":
                     op.attributes[cpu_parallel.SEQUENTIAL] = ir.UnitAttr.get()
     return str(module)
 
-
-def _walk(module):
-    found = []
-
-    def visit(op):
-        found.append(op.operation)
-        for region in op.operation.regions:
-            for block in region.blocks:
-                for nested in block.operations:
-                    visit(nested)
-
-    visit(module.operation)
-    return found

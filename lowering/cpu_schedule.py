@@ -37,7 +37,7 @@ import math
 from dataclasses import dataclass
 
 from . import cpu_isa, cpu_parallel
-from .mlir_runner import PipelineFailure, map_results
+from .mlir_runner import PipelineFailure, map_results, walk
 
 TAG = "lazymlir.schedule"
 
@@ -563,20 +563,11 @@ _FINISH = """
 
 
 def _linalg_ops(module):
-    found = []
+    """The linalg ops of `module` (not those nested in one), as OpViews."""
+    def is_linalg(op) -> bool:
+        return op.name.startswith("linalg.")
 
-    def visit(op):
-        name = op.operation.name
-        if name.startswith("linalg."):
-            found.append(op)
-            return
-        for region in op.operation.regions:
-            for block in region.blocks:
-                for nested in block.operations:
-                    visit(nested)
-
-    visit(module.operation)
-    return found
+    return [op.opview for op in walk(module.operation, skip=is_linalg) if is_linalg(op)]
 
 
 ACCUMULATOR_CAST = "lazymlir.accumulator"

@@ -28,6 +28,7 @@ import numpy as np
 from mlir import ir
 from mlir.dialects import arith, linalg
 
+from . import mlir_runner
 from .mlir_runner import PipelineFailure
 
 # Ops that only move, view or hold buffers: retyping their memref operands and
@@ -68,11 +69,8 @@ def _as_bytes(t: ir.Type) -> ir.Type:
 
 def walk(op: ir.Operation, visit) -> None:
     """Call `visit` on `op` and every op nested in it, parents first."""
-    visit(op)
-    for region in op.regions:
-        for block in region.blocks:
-            for nested in block.operations:
-                walk(nested.operation, visit)
+    for nested in mlir_runner.walk(op):
+        visit(nested)
 
 
 def store_bools_as_bytes(module: ir.Module) -> None:

@@ -103,10 +103,22 @@ def map_results(amap) -> list[str]:
     return [r.strip() for r in str(amap).split("->")[1].strip(" ()>").split(",") if r.strip()]
 
 
-def walk(op):
-    """`op` and every op nested in it, in pre-order (either binding's Operation)."""
-    yield op
-    for region in op.regions:
-        for block in region.blocks:
-            for nested in block.operations:
-                yield from walk(nested.operation)
+def walk(op, skip: Callable | None = None) -> list:
+    """`op` and every op nested in it, in pre-order (either binding's Operation), as a
+    list: callers may change the IR while they go through it. Ops nested in an op for
+    which `skip(op)` is true are left out (that op is in).
+
+    MLIR's own walk: the same recursion through the bindings' region, block and
+    operation views took 40-180 ms on a GPT backward graph's 4315 ops, this 5 ms, and
+    the stages walk their modules a dozen times."""
+    op = getattr(op, "operation", op)
+    binding = sys.modules[type(op).__module__]  # the enums of op's own binding
+    advance, skip_children = binding.WalkResult.ADVANCE, binding.WalkResult.SKIP
+    found = []
+
+    def visit(nested):
+        found.append(nested)
+        return skip_children if skip is not None and skip(nested) else advance
+
+    op.walk(visit, binding.WalkOrder.PRE_ORDER)
+    return found
