@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 from . import tmtensor
+from .mlir_runner import walk
 
 # Dialect namespaces allowed in the output of each stage ("*": anything).
 ALLOWED_DIALECTS: dict[str, frozenset[str]] = {
@@ -47,17 +48,7 @@ FORBIDDEN_TYPES: dict[str, tuple[re.Pattern, str]] = {
 
 def op_names(module_operation) -> list[str]:
     """Names of all ops nested in a module (works with both MLIR Python bindings)."""
-    names: list[str] = []
-
-    def visit(op):
-        names.append(op.operation.name)
-        for region in op.operation.regions:
-            for block in region.blocks:
-                for nested in block.operations:
-                    visit(nested)
-
-    visit(module_operation)
-    return names
+    return [op.name for op in walk(module_operation)]
 
 
 def check_contract(stage: str, module_operation) -> str | None:
@@ -230,19 +221,10 @@ CUDA_STAGES = ("gpu", "plan", "nvvm", "ptx", "cubin")
 def _forbidden_type(stage: str, module_operation) -> str | None:
     pattern, what = FORBIDDEN_TYPES[stage]
 
-    def visit(op) -> str | None:
-        op = op.operation
+    for op in walk(module_operation):
         values = list(op.results) + [a for r in op.regions for b in r.blocks for a in b.arguments]
         for value in values:
             if pattern.match(str(value.type)):
                 return (f"{what} ({value.type}) remains after stage '{stage}', "
                         f"at op '{op.name}'")
-        for region in op.regions:
-            for block in region.blocks:
-                for nested in block.operations:
-                    problem = visit(nested)
-                    if problem:
-                        return problem
-        return None
-
-    return visit(module_operation)
+    return None
