@@ -140,6 +140,15 @@ CASES = [
     ("linear_nobias", F.linear, (r(3, 4), r(5, 4, seed=1))),
     ("addmm", lambda c, a, b: torch.addmm(c, a, b, beta=0.5, alpha=2.0),
      (r(3, 5), r(3, 4, seed=1), r(4, 5, seed=2))),
+    # Shapes the CPU schedule tiles: accumulators start as zero registers where the
+    # K loop is whole (lowering/cpu_schedule.py _zero_inits), from the fill where it
+    # is split into cache tiles (K = 512), and an addmm's bias is added after.
+    ("mm_tiled", torch.mm, (r(8, 16), r(16, 32, seed=1))),
+    ("mm_tiled_split_k", torch.mm, (r(4, 512), r(512, 16, seed=1))),
+    ("bmm_tiled", torch.bmm, (r(2, 8, 16), r(2, 16, 32, seed=1))),
+    ("addmm_tiled", lambda c, a, b: torch.addmm(c, a, b, beta=0.5, alpha=2.0),
+     (r(8, 32), r(8, 16, seed=1), r(16, 32, seed=2))),
+    ("mm_tiled_twice", lambda a, b: (a @ b).relu() + a @ b * 2, (r(8, 16), r(16, 32, seed=1))),
     # broadcasting and dtype promotion
     ("broadcast_row", lambda a, b: a + b, (r(3, 4), r(4, seed=1))),
     ("broadcast_outer", lambda a, b: a * b, (r(3, 1), r(1, 4, seed=1))),
