@@ -562,12 +562,23 @@ _FINISH = """
 """
 
 
+def _is_linalg(op) -> bool:
+    return op.name.startswith("linalg.")
+
+
+def _linalg_ops_after(module) -> list[tuple]:
+    """(linalg op, the op right before it in its block or None) for the linalg ops of
+    `module` (not those nested in one), as OpViews. In the pre-order walk, the element
+    before an op is its previous sibling exactly when it is in the same block (a
+    sibling between them, or its nested ops, would come in between)."""
+    ops = walk(module.operation, skip=_is_linalg)
+    return [(op.opview, previous.opview if previous.block == op.block else None)
+            for previous, op in zip(ops, ops[1:]) if _is_linalg(op)]
+
+
 def _linalg_ops(module):
     """The linalg ops of `module` (not those nested in one), as OpViews."""
-    def is_linalg(op) -> bool:
-        return op.name.startswith("linalg.")
-
-    return [op.opview for op in walk(module.operation, skip=is_linalg) if is_linalg(op)]
+    return [op for op, _ in _linalg_ops_after(module)]
 
 
 ACCUMULATOR_CAST = "lazymlir.accumulator"
@@ -615,16 +626,11 @@ def _isolate_accumulator(op):
     return cast
 
 
-def _zero_fill_before(op):
-    """The `linalg.fill` of +0.0 into `op`'s output buffer that immediately precedes
-    `op` in its block, or None."""
+def _zero_fill_before(op, previous):
+    """`previous` (the op right before `op` in its block, or None) if it is a
+    `linalg.fill` of +0.0 into `op`'s output buffer, else None."""
     from mlir import ir
 
-    previous = None
-    for candidate in op.operation.block.operations:
-        if candidate.operation == op.operation:
-            break
-        previous = candidate
     if previous is None or previous.operation.name != "linalg.fill":
         return None
     value, output = list(previous.operation.operands)
@@ -694,7 +700,7 @@ def build_script(module, isolated: list | None = None,
     from mlir import ir
 
     plans = []
-    for op in _linalg_ops(module):
+    for op, previous in _linalg_ops_after(module):
         for strategy in STRATEGIES:
             plan = strategy(op, len(plans))
             if plan is not None:
@@ -704,7 +710,7 @@ def build_script(module, isolated: list | None = None,
                 if plan.elementwise:
                     _load_scalar_inputs(op)
                 if plan.contraction and isolated is not None:
-                    fill = _zero_fill_before(op) if plan.reads_output_once else None
+                    fill = _zero_fill_before(op, previous) if plan.reads_output_once else None
                     cast = _isolate_accumulator(op)
                     if cast is not None:
                         isolated.append(cast)
