@@ -18,7 +18,8 @@ device guards recompile when torch.cuda tensors arrive instead. Graphs with symb
 sizes are compiled once per concrete shape (`_specialize_per_shape`). Each graph
 starts compiling in a worker when AOTAutograd hands it over; with the
 `eager_while_compiling` option its runs until then use PyTorch's kernels
-(`_run_eagerly`) instead of waiting. The backend is
+(`_run_eagerly`) instead of waiting, and the compile runs at low CPU priority
+(executor.BACKGROUND_NICENESS). The backend is
 registered with Dynamo through the `torch_dynamo_backends` entry point, so
 `backend="lazymlir"` works after `pip install` without importing lazymlir.
 """
@@ -161,10 +162,11 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, eager_while_compiling=Non
     metas = fx_graph.output_metas(graph)  # once: run() is on every step's path
     # Compile now, in the background: AOTAutograd hands over the backward graph right
     # after the forward (_static_backend), so the two compile at once while Dynamo
-    # finishes; the first run() waits for its graph.
+    # finishes; the first run() waits for its graph (with eager_while_compiling it
+    # does not, and the compile takes the low-priority background workers).
     computes = bool(graph["outputs"])
     if computes:
-        executor.compile_ahead(graph, key)
+        executor.compile_ahead(graph, key, background=_eager_tier(eager_while_compiling))
 
     devices = _output_devices(gm, layout)
     # Dynamo guards on every input's device: the devices seen now are the devices of
@@ -399,7 +401,8 @@ def lazymlir_backend(gm: torch.fx.GraphModule, example_inputs, options=None, mod
     # two for a graph that will have a backward, compiled alongside its forward.
     training = torch.is_grad_enabled() and any(
         getattr(x, "requires_grad", False) for x in example_inputs)
-    executor.prestart_worker(workers=2 if training else 1)
+    executor.prestart_worker(workers=2 if training else 1,
+                             background=_eager_tier(eager_while_compiling))
     if any(_is_symbolic(x) for x in example_inputs):
         return _specialize_per_shape(gm, eager_while_compiling)
     return _static_backend(gm, example_inputs, eager_while_compiling)

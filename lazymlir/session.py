@@ -32,6 +32,9 @@ class Session:
         self.graph_cache: Any = None          # execution.graph_cache.GraphCache
         self.disk_cache: Any = None           # (cache folder, execution.disk_cache.DiskCache)
         self.worker: Any = None               # execution.worker_pool.WorkerPool
+        # Compiles the program does not wait for (torch.compile's eager_while_compiling):
+        # workers at low CPU priority (executor._worker)
+        self.background_worker: Any = None
         # plan key -> (compile request, Future of its reply): executor.compile_ahead
         self.compiles_ahead: dict[str, tuple] = {}
         self.diagnostics: Any = None          # execution.diagnostics.Diagnostics
@@ -49,9 +52,10 @@ class Session:
         return self.scratch
 
     def close(self) -> None:
-        if self.worker is not None:
-            self.worker.close()
-            self.worker = None
+        for pool in (self.worker, self.background_worker):
+            if pool is not None:
+                pool.close()
+        self.worker = self.background_worker = None
         self.compiles_ahead.clear()
         if self.scratch is not None:
             shutil.rmtree(self.scratch, ignore_errors=True)

@@ -127,7 +127,7 @@ def _cached_artifact(current, target, key: str, text: str):
     return entry, disk.load(entry, text, target.is_complete)
 
 
-def compile_ahead(graph: dict, key: str) -> None:
+def compile_ahead(graph: dict, key: str, background: bool = False) -> None:
     """Start compiling `graph` now, in a compile worker, without waiting: its first
     `execute` takes the artifact (or the compile error) from there.
 
@@ -136,6 +136,10 @@ def compile_ahead(graph: dict, key: str) -> None:
     finishes its own work. Does nothing where `execute` would not compile: a plan in
     memory or in the disk cache, in-process compiles (LAZYMLIR_COMPILE_WORKER=0),
     a graph that raises before compiling (checks.py's static errors).
+
+    `background`: the program goes on without waiting for this compile (it runs the
+    graph eagerly meanwhile), so the compile takes the background workers, which
+    run at low CPU priority (_worker).
     """
     current = session.current()
     if not current.settings.compile_worker:
@@ -153,7 +157,7 @@ def compile_ahead(graph: dict, key: str) -> None:
         if artifact is not None:
             return
         payload = _compile_payload(current, target, text, key)
-        pool = _worker(current)
+        pool = _worker(current, background)
         current.compiles_ahead[key] = (payload, pool.submit(
             _compile_and_store, pool, payload, _disk(current), entry, text))
 
@@ -236,30 +240,48 @@ def _options(current, target, key: str | None) -> CompileOptions:
         kernel_images=target.kernel_images)
 
 
-def _worker(current) -> WorkerPool:
-    if current.worker is None:
+# The nice value added to background compile workers (the most: 19). They then
+# compile on the cores the program leaves idle: on 2 cores, a GPT step's first call
+# with eager_while_compiling took 8.8 s with them, 16.9 s with workers as busy as
+# Dynamo's own tracing of the optimizer step (docs/cpu-performance.md, "Eleventh session").
+BACKGROUND_NICENESS = 19
+
+
+def _worker(current, background: bool = False) -> WorkerPool:
+    """The session's compile workers: those the program waits for, or (`background`)
+    those of compiles it does not wait for, at low CPU priority. Separate pools,
+    since a process's priority can be lowered but not raised back."""
+    pool = current.background_worker if background else current.worker
+    if pool is None:
         settings = current.settings
-        current.worker = WorkerPool(current.metrics, settings.compile_timeout,
-                                    settings.compile_workers, fork=settings.compile_worker_fork)
-    return current.worker
+        pool = WorkerPool(current.metrics, settings.compile_timeout, settings.compile_workers,
+                          fork=settings.compile_worker_fork,
+                          niceness=BACKGROUND_NICENESS if background else 0)
+        if background:
+            current.background_worker = pool
+        else:
+            current.worker = pool
+    return pool
 
 
-def prestart_worker(workers: int = 1) -> None:
+def prestart_worker(workers: int = 1, background: bool = False) -> None:
     """Start compile workers ahead of the first compile (called when the device is
     first used, or when Dynamo hands over a graph: they import the compiler while the
     user or AOTAutograd traces), unless compiles are in-process or the disk cache
     holds entries of this compiler version: a warm cache likely serves every graph,
     and a process that compiles nothing should not pay for a worker (it starts at the
     first miss instead). `workers`: how many will be busy at once (2 for a training
-    graph, whose forward and backward compile together)."""
+    graph, whose forward and backward compile together; `background`: the workers of
+    compiles the program will not wait for, compile_ahead's)."""
     current = session.current()
     if not current.settings.compile_worker:
         return
-    if current.worker is not None and (workers <= 1 or current.worker.started >= workers):
+    pool = current.background_worker if background else current.worker
+    if pool is not None and (workers <= 1 or pool.started >= workers):
         return
     disk = _disk(current)
     if disk is None or not disk.has_entries():
-        _worker(current).start(workers)
+        _worker(current, background).start(workers)
 
 
 def _worker_request(current, kind: str, payload: dict):

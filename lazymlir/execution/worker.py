@@ -119,7 +119,11 @@ class _ForkedProcess:
                 pass
 
 
-def _fork_worker(log_fd: int) -> _ForkedProcess:
+# How a worker started as `python -m module` learns its niceness (worker_main.main).
+NICENESS_VARIABLE = "LAZYMLIR_WORKER_NICENESS"
+
+
+def _fork_worker(log_fd: int, niceness: int = 0) -> _ForkedProcess:
     """A worker forked from this process: it has torch and lazymlir imported already,
     so it is ready after importing the MLIR bindings (~0.3 s) instead of a fresh
     interpreter's ~2.4 s (torch, lazymlir, torch-mlir), which a short torch.compile
@@ -147,6 +151,8 @@ def _fork_worker(log_fd: int) -> _ForkedProcess:
     if pid == 0:  # the child: never returns
         code = 1
         try:
+            if niceness:  # first: the threads started below inherit it
+                os.nice(niceness)
             gc.freeze()
             os.dup2(request_read, 0)
             os.dup2(reply_write, 1)
@@ -188,9 +194,11 @@ class CompileWorker:
 
     module = "lazymlir.execution.worker_main"  # what the child runs (`python -m module`)
 
-    def __init__(self, metrics=None, timeout: float | None = None, fork: bool = False):
+    def __init__(self, metrics=None, timeout: float | None = None, fork: bool = False,
+                 niceness: int = 0):
         self._metrics = metrics
         self.timeout = timeout  # seconds per request; None waits forever
+        self.niceness = niceness  # added to the process's nice value (0: as this one)
         # Fork this process instead of starting `python -m module` (_fork_worker); only
         # for the real worker module (tests substitute crashing stand-ins by name).
         self.fork = fork and hasattr(os, "fork")
@@ -205,6 +213,7 @@ class CompileWorker:
         self._log_path = Path(log_path)
         env = dict(os.environ)
         env["LAZYMLIR_COMPILE_WORKER"] = "0"  # the worker compiles in its own process
+        env[NICENESS_VARIABLE] = str(self.niceness)
         with os.fdopen(fd, "wb") as log_file:
             # Unbuffered replies: the deadline wait selects on the pipe, which cannot see
             # messages already read ahead into a buffer (a reply stuck there hung the
@@ -212,7 +221,7 @@ class CompileWorker:
             self._process = None
             if self.fork and self.module == CompileWorker.module:
                 try:
-                    self._process = _fork_worker(log_file.fileno())
+                    self._process = _fork_worker(log_file.fileno(), self.niceness)
                 except OSError as error:  # e.g. ENOMEM under strict overcommit
                     log.warning("cannot fork a compile worker (%s); starting a fresh "
                                 "interpreter instead", error)

@@ -13,7 +13,7 @@ import os
 import sys
 
 from . import compiler
-from .worker import read_message, write_message
+from .worker import NICENESS_VARIABLE, read_message, write_message
 
 
 def _serve(requests, replies) -> None:
@@ -85,6 +85,9 @@ def _warm_up() -> None:
 
 
 def main() -> None:
+    niceness = int(os.environ.pop(NICENESS_VARIABLE, "0"))
+    if niceness:  # a background worker (worker_pool.py); its opt and llc inherit it
+        os.nice(niceness)
     # Keep the protocol stream to ourselves: anything native code prints to
     # fd 1 goes to stderr (the log file) instead.
     replies = os.fdopen(os.dup(1), "wb")

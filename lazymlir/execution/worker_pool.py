@@ -12,6 +12,10 @@ memory its compiles use; a fresh interpreter ~2.4 s).
 executor keeps the futures of compiles started ahead of their first run
 (executor.compile_ahead). Closing the pool kills the workers still busy with those.
 Crash isolation, timeouts and restarts are each worker's own (worker.py).
+
+A pool made with `niceness` (19: executor's background pool) runs its workers, and
+the `opt`/`llc` processes they start, at that lower CPU priority: they compile on
+the cores the program leaves idle instead of sharing them with it.
 """
 
 from __future__ import annotations
@@ -26,10 +30,11 @@ class WorkerPool:
     """Thread-safe; `request` blocks until a worker is free and its answer is back."""
 
     def __init__(self, metrics=None, timeout: float | None = None, size: int = 1,
-                 fork: bool = False):
+                 fork: bool = False, niceness: int = 0):
         self._metrics = metrics
         self._timeout = timeout
         self._fork = fork
+        self.niceness = niceness  # added to each worker's (and its tools') nice value
         self.size = max(1, size)
         self._workers: list[CompileWorker] = []
         self._idle: list[CompileWorker] = []
@@ -37,7 +42,8 @@ class WorkerPool:
         self._closed = False
 
     def _new_worker(self) -> CompileWorker:
-        worker = CompileWorker(self._metrics, self._timeout, fork=self._fork)
+        worker = CompileWorker(self._metrics, self._timeout, fork=self._fork,
+                               niceness=self.niceness)
         self._workers.append(worker)
         return worker
 

@@ -19,6 +19,7 @@ from torch import nn
 import lazymlir
 from lazymlir import metrics, session
 from lazymlir.execution.worker import CompileWorker
+from lazymlir.execution.worker_pool import WorkerPool
 
 HERE = Path(__file__).resolve().parent
 
@@ -164,6 +165,29 @@ def test_forked_worker_compiles_and_a_killed_one_is_replaced():
         assert metrics.counter("UncachedCompile") == 2
     finally:
         session.reset()
+
+
+@pytest.mark.parametrize("fork", [True, False])
+def test_a_background_pool_compiles_at_the_lowest_priority(fork, tmp_path):
+    """Its workers (forked, or fresh interpreters) run niced to 19, and compile as the
+    others do."""
+    from lazymlir.execution import worker_main
+    from lazymlir.execution.compiler import CompileOptions
+
+    ours = os.getpriority(os.PRIO_PROCESS, 0)
+    pool = WorkerPool(fork=fork, niceness=19)
+    try:
+        pool.start()
+        (worker,) = pool._workers
+        assert worker.fork == fork
+        payload = {"fx_text": worker_main._WARM_UP_GRAPH, "key": "k", "out_dir": str(tmp_path),
+                   "options": CompileOptions(target="cpu")}
+        assert pool.request("compile", payload)["timings"]["total"] > 0
+        # (after a reply: a child niced itself before its first read)
+        assert os.getpriority(os.PRIO_PROCESS, worker._process.pid) == 19
+        assert os.getpriority(os.PRIO_PROCESS, 0) == ours  # not this process's
+    finally:
+        pool.close()
 
 
 def test_a_worker_that_cannot_be_forked_starts_as_a_fresh_interpreter(monkeypatch):

@@ -398,6 +398,11 @@ def _slow_compiles(monkeypatch, seconds: float):
     monkeypatch.setattr(numerics, "apply", apply)
 
 
+def _nice_values(pool) -> set[int]:
+    """The nice values of a worker pool's processes."""
+    return {os.getpriority(os.PRIO_PROCESS, worker._process.pid) for worker in pool._workers}
+
+
 @pytest.mark.parametrize("how", ["option", "setting"])
 def test_eager_while_compiling_runs_graphs_eagerly_until_their_compile_ends(
         monkeypatch, how):
@@ -434,6 +439,9 @@ def test_eager_while_compiling_runs_graphs_eagerly_until_their_compile_ends(
         assert metrics.counter("EagerWhileCompiling") == 2  # forward and backward
         assert metrics.counter("UncachedCompile") == 0  # nothing waited for a compile
         lazymlir.wait_for_compiles()
+        # compiled by the background workers, at the lowest CPU priority
+        assert current.worker is None
+        assert _nice_values(current.background_worker) == {19}
         for x, y in batches[1:]:
             assert step(model, opt, forward, x, y) == pytest.approx(
                 step(reference, ref_opt, reference, x, y), rel=1e-5)
@@ -454,6 +462,9 @@ def test_by_default_the_first_run_waits_for_its_compile(monkeypatch):
         _train(_mlp(), compiled=True, steps=1)
         assert metrics.counter("EagerWhileCompiling") == 0
         assert metrics.counter("UncachedCompile") == 2
+        # compiled by workers as busy as this process (it waits for them)
+        assert current.background_worker is None
+        assert _nice_values(current.worker) == {os.getpriority(os.PRIO_PROCESS, 0)}
     finally:
         lazymlir.session.reset()
 
