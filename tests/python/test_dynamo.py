@@ -369,8 +369,8 @@ def test_a_compile_ahead_stored_before_its_first_run_is_still_this_process_compi
         current.settings.cache_dir = str(tmp_path / "cache")
         real = lazymlir.execution.executor.compile_ahead
 
-        def compile_ahead_and_wait(graph, key):  # done (and on disk) before it runs
-            real(graph, key)
+        def compile_ahead_and_wait(graph, key, **kwargs):  # done (and on disk) before it runs
+            real(graph, key, **kwargs)
             for _, future in list(current.compiles_ahead.values()):
                 future.result()
 
@@ -404,11 +404,12 @@ def _nice_values(pool) -> set[int]:
 
 
 @pytest.mark.parametrize("how", ["option", "setting"])
-def test_eager_while_compiling_runs_graphs_eagerly_until_their_compile_ends(
+def test_eager_while_compiling_runs_first_runs_eagerly_and_later_runs_wait(
         monkeypatch, how):
     """With eager_while_compiling, a step whose graphs are still compiling runs them with
-    PyTorch's kernels (counted, not a fallback) instead of waiting; once the compiles
-    end, the same graphs run compiled. Every step matches eager."""
+    PyTorch's kernels (counted, not a fallback) instead of waiting; the next step,
+    although the compiles (2 s each, at low priority) have not ended, waits for them
+    and runs the same graphs compiled. Every step matches eager."""
     _slow_compiles(monkeypatch, 2.0)
     current = lazymlir.session.reset()  # workers forked from here on are slow
     try:
@@ -438,16 +439,16 @@ def test_eager_while_compiling_runs_graphs_eagerly_until_their_compile_ends(
                                       rel=1e-5)
         assert metrics.counter("EagerWhileCompiling") == 2  # forward and backward
         assert metrics.counter("UncachedCompile") == 0  # nothing waited for a compile
-        lazymlir.wait_for_compiles()
-        # compiled by the background workers, at the lowest CPU priority
-        assert current.worker is None
-        assert _nice_values(current.background_worker) == {19}
+        assert lazymlir.session.current().compiles_ahead  # still compiling
         for x, y in batches[1:]:
             assert step(model, opt, forward, x, y) == pytest.approx(
                 step(reference, ref_opt, reference, x, y), rel=1e-5)
         assert metrics.counter("EagerWhileCompiling") == 2
         assert metrics.counter("UncachedCompile") == 2  # then both ran compiled
         assert not current.compiles_ahead
+        # compiled by the background workers, at the lowest CPU priority
+        assert current.worker is None
+        assert _nice_values(current.background_worker) == {19}
         assert_no_fallback()
         _assert_same_state(reference, model)
     finally:
