@@ -1,8 +1,8 @@
 """CPU code generation: LLVM-dialect MLIR -> a shared object.
 
-`mlir-translate --mlir-to-llvmir`, `opt -O3`, `llc -O3` and `cc -shared`,
-for the host CPU (`-mcpu=native`: AVX-512 where the machine has it, so the
-.so runs only on machines like the one that built it). `opt -O3` is LLVM's
+`mlir-translate --mlir-to-llvmir`, `opt -O3` (less unrolling: OPT_UNROLL), `llc -O3`
+and `cc -shared`, for the host CPU (`-mcpu=native`: AVX-512 where the machine has
+it, so the .so runs only on machines like the one that built it). `opt -O3` is LLVM's
 middle end (inlining, LICM, SLP and loop vectorization of the loops the
 schedule left scalar, cleanup of the unrolled vector code); `llc` alone
 does none of it. Math calls (expf, tanhf, logf...) in loops are vectorized
@@ -93,6 +93,15 @@ def _check_openmp_calls(llvm_ir: str) -> None:
                                f"the thread runtime takes at most {cpu_parallel.MAX_FORK_ARGS}")
 
 
+# `opt -O3`'s unroller, held to loops whose unrolled body stays small (default
+# threshold 300). The code it unrolled fully was loops the schedule had vectorized
+# and unrolled already, and LLVM's own vectorized loops (an int64 compare of 512
+# elements became 128 copies of its vector body): on the GPT backward graph's
+# LLVM IR, `opt` 1.88 -> 1.40 s and `llc` 2.70 -> 1.50 s of CPU, with the compiled
+# steps as fast (MLP and GPT graphs A/B: within +-3%, docs/cpu-performance.md
+# "Eleventh session").
+OPT_UNROLL = ["-unroll-threshold=50"]
+
 # Modules of at least this much LLVM IR text are split into parts that `opt` and
 # `llc` compile in parallel processes (one per core, at most MAX_PARTS).
 SPLIT_MIN_BYTES = 256 * 1024
@@ -163,7 +172,8 @@ def build_shared_object(llvm_dialect, directory: Path) -> Path:
                 source = Path(f"{part}.ll")
                 _run([tools["llvm-dis"], str(part), "-o", str(source)])
             source.write_text(cpu_vector_math.annotate(source.read_text()))
-        _run([tools["opt"], "-O3", *target, *vector_math_opt, str(source), "-o", str(optimized)])
+        _run([tools["opt"], "-O3", *OPT_UNROLL, *target, *vector_math_opt, str(source), "-o",
+              str(optimized)])
         # The vector library for llc too: its ReplaceWithVeclib pass turns the vector
         # math intrinsics of MLIR-vectorized loops (llvm.exp.v8f32) into libmvec calls,
         # which llc otherwise expands into one scalar expf call per lane.
