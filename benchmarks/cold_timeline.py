@@ -1,7 +1,7 @@
 """Where a cold first training step through torch.compile(backend="lazymlir") spends its time.
 
     PYTHONPATH=. python -m benchmarks.cold_timeline [mlp|gpt] [--eager-while-compiling]
-        [--threads N]
+        [--loop] [--threads N]
 
 In a fresh process with an empty LAZYMLIR_CACHE_DIR (a temporary one), compiles the
 MLP or GPT step of benchmarks/compiled_steps.py and prints, in seconds from the
@@ -9,7 +9,8 @@ first call's start: when Dynamo hands the backend a graph, when AOTAutograd hand
 over each forward/backward/optimizer graph (its compile starts in a worker), when
 each worker compile ends (with its stages' times, ms), when a run waits for its
 compile, and when the first call returns (and, with --eager-while-compiling, when
-every compile has ended). The benchmark's first-call figure says how long; this
+every compile has ended; with --loop as well, the step is called again and again
+instead, as a training loop would, until every graph has run compiled). The benchmark's first-call figure says how long; this
 says where it went: Dynamo's and AOTAutograd's tracing, or lazymlir's compiles.
 
 It wraps private functions of lazymlir.dynamo and lazymlir.execution.executor
@@ -25,10 +26,11 @@ import tempfile
 import time
 
 
-def _timeline(workload: str, eager_while_compiling: bool) -> list[tuple[float, str]]:
+def _timeline(workload: str, eager_while_compiling: bool,
+              loop: bool = False) -> list[tuple[float, str]]:
     import torch
 
-    from lazymlir import dynamo
+    from lazymlir import dynamo, metrics
     from lazymlir.execution import executor
 
     from .compiled_steps import WORKLOADS
@@ -76,7 +78,14 @@ def _timeline(workload: str, eager_while_compiling: bool) -> list[tuple[float, s
         start = time.perf_counter()
         compiled()
         log("first call returned")
-        if eager_while_compiling:
+        if eager_while_compiling and loop:
+            steps, eager_runs = 1, -1
+            while eager_runs != metrics.counter("EagerWhileCompiling"):
+                eager_runs = metrics.counter("EagerWhileCompiling")
+                compiled()
+                steps += 1
+            log(f"step {steps} ran every graph compiled ({eager_runs} eager runs before)")
+        elif eager_while_compiling:
             executor.wait_for_compiles()
             log("every compile ended")
     finally:
@@ -89,6 +98,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("workload", nargs="?", default="mlp", choices=("mlp", "gpt"))
     parser.add_argument("--eager-while-compiling", action="store_true")
+    parser.add_argument("--loop", action="store_true",
+                        help="with --eager-while-compiling: call the step until every "
+                             "graph has run compiled, instead of waiting for the compiles")
     parser.add_argument("--threads", type=int, default=None)
     args = parser.parse_args()
     # Before lazymlir is imported: its session reads the setting once.
@@ -97,7 +109,7 @@ def main() -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    events = _timeline(args.workload, args.eager_while_compiling)
+    events = _timeline(args.workload, args.eager_while_compiling, args.loop)
     print(f"cold first {args.workload} step through torch.compile(backend='lazymlir'"
           + (", options={'eager_while_compiling': True})" if args.eager_while_compiling else ")")
           + f", {torch.get_num_threads()} threads, {os.cpu_count()} cores")
