@@ -10,8 +10,9 @@ over each forward/backward/optimizer graph (its compile starts in a worker), whe
 each worker compile ends (with its stages' times, ms), when a run waits for its
 compile, and when the first call returns (and, with --eager-while-compiling, when
 every compile has ended; with --loop as well, the step is called again and again
-instead, as a training loop would, until every graph has run compiled). The benchmark's first-call figure says how long; this
-says where it went: Dynamo's and AOTAutograd's tracing, or lazymlir's compiles.
+instead, as a training loop would, until every graph has run compiled).
+benchmarks/compiled_steps.py's first-call figure says how long; this says where
+it went: Dynamo's and AOTAutograd's tracing, or lazymlir's compiles.
 
 It wraps private functions of lazymlir.dynamo and lazymlir.execution.executor
 (the points where graphs are handed over and compiles start, end and are waited

@@ -21,16 +21,21 @@ def _timeline(*args: str) -> str:
     return done.stdout
 
 
-@pytest.mark.parametrize("eager_while_compiling", [False, True])
-def test_the_cold_timeline_of_an_mlp_step(eager_while_compiling):
-    out = _timeline(*(["--eager-while-compiling"] if eager_while_compiling else []))
+@pytest.mark.parametrize("args, waits, last", [
+    ((), 3, "first call returned"),
+    (("--eager-while-compiling",), 0, "every compile ended"),
+    # a training loop: the second step waits for every compile (dynamo.py: only a
+    # graph's first run goes without it)
+    (("--eager-while-compiling", "--loop"), 3,
+     "step 2 ran every graph compiled (3 eager runs before)"),
+])
+def test_the_cold_timeline_of_an_mlp_step(args, waits, last):
+    out = _timeline(*args)
     # Dynamo's two graphs (the model step, the optimizer step); AOTAutograd's three
     # (forward, backward, SGD), each compiled once, in a worker.
     assert out.count("Dynamo hands the backend a graph") == 2, out
     assert out.count("AOTAutograd hands over a graph") == 3, out
     assert out.count("ended (ms: torch ") == 3, out
     assert "package" in out and "first call returned" in out
-    # Default: each graph's first run waits for its compile. With eager_while_compiling,
-    # none does, and the table ends when every compile has.
-    assert out.count("a run waits for compile") == (0 if eager_while_compiling else 3), out
-    assert out.rstrip().endswith("every compile ended |") == eager_while_compiling, out
+    assert out.count("a run waits for compile") == waits, out
+    assert out.rstrip().endswith(f"{last} |"), out
