@@ -331,9 +331,8 @@ def test_forward_and_backward_compile_at_once_in_two_workers(tmp_path):
         lazymlir.session.reset()
 
 
-def test_an_op_that_does_not_lower_falls_back_inside_the_compiled_graph(monkeypatch):
-    """A graph compiled ahead that fails: its first run splits it around the op (a
-    counted eager fallback), or raises with LAZYMLIR_FALLBACK=error."""
+def _atan2_does_not_lower(monkeypatch):
+    """Compiles of graphs with atan2 fail (in workers forked after this)."""
     from lazymlir.lowering import numerics
 
     real = numerics.apply
@@ -344,6 +343,12 @@ def test_an_op_that_does_not_lower_falls_back_inside_the_compiled_graph(monkeypa
         return real(gm)
 
     monkeypatch.setattr(numerics, "apply", apply)
+
+
+def test_an_op_that_does_not_lower_falls_back_inside_the_compiled_graph(monkeypatch):
+    """A graph compiled ahead that fails: its first run splits it around the op (a
+    counted eager fallback), or raises with LAZYMLIR_FALLBACK=error."""
+    _atan2_does_not_lower(monkeypatch)
     current = lazymlir.session.reset()  # workers forked from here on inherit the injection
     try:
         current.settings.cache_dir = None
@@ -451,6 +456,36 @@ def test_eager_while_compiling_runs_first_runs_eagerly_and_later_runs_wait(
         assert _nice_values(current.background_worker) == {19}
         assert_no_fallback()
         _assert_same_state(reference, model)
+    finally:
+        lazymlir.session.reset()
+
+
+@pytest.mark.parametrize("fallback", ["warn", "error"])
+def test_eager_while_compiling_reports_a_failed_compile_at_the_second_run(
+        monkeypatch, fallback):
+    """The first run goes eagerly while the graph compiles; its compile fails, and the
+    second run falls back around the op (counted) or raises, as a first run would
+    without eager_while_compiling."""
+    _atan2_does_not_lower(monkeypatch)
+    _slow_compiles(monkeypatch, 1.0)  # still compiling when the first run comes
+    current = lazymlir.session.reset()
+    try:
+        current.settings.cache_dir = None
+        current.settings.fallback = fallback
+        x, y = torch.randn(8, 4), torch.randn(8, 4)
+        fn = lambda x, y: (torch.atan2(x, y) * 2).sum(1) + x.exp().sum(1)  # noqa: E731
+        compiled = torch.compile(fn, backend="lazymlir", dynamic=False,
+                                 options={"eager_while_compiling": True})
+        torch.testing.assert_close(compiled(x, y), fn(x, y))
+        assert metrics.counter("EagerWhileCompiling") == 1
+        assert not metrics.fallback_ops()
+        if fallback == "error":
+            with pytest.raises(lazymlir.CompileError, match="injected: atan2 does not lower"):
+                compiled(x, y)
+        else:
+            torch.testing.assert_close(compiled(x, y), fn(x, y))
+            assert metrics.fallback_ops() == {"aten::atan2": 1}, metrics.fallback_ops()
+            assert metrics.counter("EagerWhileCompiling") == 1
     finally:
         lazymlir.session.reset()
 
