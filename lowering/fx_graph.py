@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 import torch.fx
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, unset_fake_temporarily
 
 FORMAT = "lazymlir-fx"
 VERSION = 2
@@ -149,9 +149,16 @@ def to_graph_module(graph: dict) -> torch.fx.GraphModule:
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
     fx = torch.fx.Graph()
     inputs = []
+    cpu = torch.device("cpu")
     with fake_mode:
         def fake(meta: dict) -> torch.Tensor:
-            return torch.empty(meta["shape"], dtype=dtype_from_name(meta["dtype"]))
+            # A FakeTensor over a meta tensor made outside the mode: a quarter of the
+            # time of torch.empty through the mode's dispatch (28 against 106 us; an
+            # AdamW step's graph makes ~1100 of them).
+            with unset_fake_temporarily():
+                shape = torch.empty(meta["shape"], dtype=dtype_from_name(meta["dtype"]),
+                                    device="meta")
+            return FakeTensor(fake_mode, shape, cpu)
 
         def convert(source: torch.fx.Node, dtype: torch.dtype) -> torch.fx.Node:
             node = fx.call_function(torch.ops.aten._to_copy.default, (source,), {"dtype": dtype})
