@@ -156,9 +156,9 @@ def to_graph_module(graph: dict) -> torch.fx.GraphModule:
             # time of torch.empty through the mode's dispatch (28 against 106 us; an
             # AdamW step's graph makes ~1100 of them).
             with unset_fake_temporarily():
-                shape = torch.empty(meta["shape"], dtype=dtype_from_name(meta["dtype"]),
-                                    device="meta")
-            return FakeTensor(fake_mode, shape, cpu)
+                meta_tensor = torch.empty(meta["shape"], dtype=dtype_from_name(meta["dtype"]),
+                                          device="meta")
+            return FakeTensor(fake_mode, meta_tensor, cpu)
 
         def convert(source: torch.fx.Node, dtype: torch.dtype) -> torch.fx.Node:
             node = fx.call_function(torch.ops.aten._to_copy.default, (source,), {"dtype": dtype})
