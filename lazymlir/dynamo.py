@@ -165,8 +165,11 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, eager_while_compiling=Non
     # finishes; the first run() waits for its graph (with eager_while_compiling it
     # does not, and the compile takes the low-priority background workers).
     computes = bool(graph["outputs"])
+    # Decided once, here: the compile's pool (its priority) and whether the first run
+    # goes without it must agree.
+    eager_first_run = _eager_tier(eager_while_compiling)
     if computes:
-        executor.compile_ahead(graph, key, background=_eager_tier(eager_while_compiling))
+        executor.compile_ahead(graph, key, background=eager_first_run)
 
     devices = _output_devices(gm, layout)
     # Dynamo guards on every input's device: the devices seen now are the devices of
@@ -190,7 +193,7 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, eager_while_compiling=Non
             # compiles had not ended; at normal priority they ended by step 19). Waiting
             # at the second run gives the compile every core for what is left of it.
             first_run = False
-            if _eager_tier(eager_while_compiling) and executor.compile_pending(key):
+            if eager_first_run and executor.compile_pending(key):
                 return _run_eagerly(gm, args)
         inputs = list(args) if as_is else [borrow(a) for a in args]
         inputs += borrowed_constants
@@ -382,7 +385,8 @@ OPTIONS = {"eager_while_compiling": bool}
 
 
 def _backend_options(options, mode) -> bool | None:
-    """The eager_while_compiling option (None: the setting decides at each run)."""
+    """The eager_while_compiling option (None: the setting decides, when AOTAutograd
+    hands a graph over)."""
     options = dict(options or {})
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
