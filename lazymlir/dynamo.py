@@ -35,6 +35,7 @@ import torch
 import torch.fx
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.partitioners import min_cut_rematerialization_partition
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from . import session, targets
@@ -156,6 +157,14 @@ def _passed_through(value, updates_of) -> bool:
 
 
 def _compile(gm: torch.fx.GraphModule, example_inputs, eager_while_compiling=None):
+    # AOTAutograd hands graphs over inside its FakeTensorMode: the graph's constants
+    # (a `torch.tensor(...)` made in forward, e.g. an attention mask's fill value) are
+    # real tensors, which an op dispatched under that mode rejects.
+    with unset_fake_temporarily():
+        return _compile_real(gm, example_inputs, eager_while_compiling)
+
+
+def _compile_real(gm: torch.fx.GraphModule, example_inputs, eager_while_compiling):
     graph, constants, layout = to_fx_stage(gm)
     target = targets.active()
     key = fx_graph.structural_hash(graph, target.name)

@@ -87,6 +87,36 @@ def test_batchnorm_running_stats_are_updated():
     assert_no_fallback()
 
 
+class _MaskedWithConstants(nn.Module):
+    """Tensors made in forward (as Hugging Face attention masks make their fill value):
+    AOTAutograd lifts them into the graph as constants, real tensors in a graph handed
+    over under its FakeTensorMode."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 4)
+
+    def forward(self, x):
+        y = self.lin(x)
+        fill = torch.tensor(torch.finfo(y.dtype).min)
+        scale = torch.tensor([1.0, 2.0, 0.5, 1.0])
+        return torch.where(y > 0, y * scale, fill).softmax(-1)
+
+
+def test_tensors_made_in_forward_are_graph_constants():
+    torch.manual_seed(0)
+    eager = _MaskedWithConstants()
+    compiled = copy.deepcopy(eager)
+    forward = _compile(compiled)
+    x = torch.randn(6, 8)
+    torch.testing.assert_close(forward(x), eager(x))
+    eager(x)[:, 0].sum().backward()
+    forward(x)[:, 0].sum().backward()
+    for p, q in zip(eager.parameters(), compiled.parameters()):
+        torch.testing.assert_close(q.grad, p.grad)
+    assert_no_fallback()
+
+
 def _check_against_eager(f, inputs):
     eager_inputs = inputs()
     expected = f(*eager_inputs)
