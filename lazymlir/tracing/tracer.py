@@ -467,6 +467,15 @@ def _real(self):
     return LazyTensor(self._lazy)
 
 
+def _conj_physical(self):
+    """conj_physical() of a real tensor is the tensor itself (its CompositeImplicit
+    kernel, which runs above us: here it arrives from decompositions such as
+    tanh_backward's and sigmoid_backward's, and torch-mlir has no lowering of it)."""
+    if self.dtype.is_complex:
+        return record(aten.conj_physical.default, (self,), {})
+    return LazyTensor(self._lazy)
+
+
 def _input_dtype(input, *stats):
     """Eager CPU returns half/bfloat16 statistics for a half input; the meta kernels
     say float32 (CUDA's choice): cast them, as eager rounds them."""
@@ -541,6 +550,7 @@ _SPECIAL = {
     aten.unbind_copy.int: _unbind,
     aten._local_scalar_dense.default: _local_scalar_dense,
     aten.real.default: _real,
+    aten.conj_physical.default: _conj_physical,
     aten.native_batch_norm.default: _batch_norm,
     aten._native_batch_norm_legit.default: _batch_norm,
     aten.native_layer_norm.default: _layer_norm,
