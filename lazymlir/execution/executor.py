@@ -553,7 +553,7 @@ def run_node_eagerly(graph: dict, target, index: int, env: dict) -> None:
             desc = _ref_desc(graph, ref)
             meta = torch.empty(desc["shape"], dtype=fx_graph.dtype_from_name(desc["dtype"]),
                                device="meta")
-            return target.download(env[ref], meta)
+            return fallback.kernel_input(target.download(env[ref], meta))
         if isinstance(value, list):
             return [decode(v) for v in value]
         return fx_graph.decode_scalar(value)

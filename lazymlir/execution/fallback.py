@@ -31,6 +31,20 @@ def _user_stacklevel() -> int:
     return level
 
 
+_is_copy_on_write = getattr(torch._C, "_is_cow_tensor", lambda tensor: False)
+
+
+def kernel_input(value):
+    """`value`, made safe to hand to a PyTorch CPU kernel: a host copy of a lazy
+    value shares its storage copy-on-write (targets/cpu.py), and some kernels take a
+    mutable accessor of an input inside at::parallel_for (ctc_loss's backward),
+    where PyTorch refuses to materialize a copy-on-write storage (an internal
+    assert). So the tensor gets its own storage first (one copy, on this slow path)."""
+    if isinstance(value, torch.Tensor) and _is_copy_on_write(value):
+        value.data_ptr()  # a mutable access: materializes the copy
+    return value
+
+
 def allowed() -> bool:
     return session.current().settings.fallback != "error"
 

@@ -49,8 +49,11 @@ def always_eager(func) -> str | None:
 def run_eagerly(func, args, kwargs, reason: str | None, to_host, to_lazy):
     """Run `func` with PyTorch on host copies of its inputs; outputs become lazy data."""
     fallback.count(func._schema.name, reason)
-    flat_args = [_map(to_host, a) for a in args]
-    flat_kwargs = {k: _map(to_host, v) for k, v in kwargs.items()}
+    def host(value):
+        return fallback.kernel_input(to_host(value))
+
+    flat_args = [_map(host, a) for a in args]
+    flat_kwargs = {k: _map(host, v) for k, v in kwargs.items()}
     out = func(*flat_args, **flat_kwargs)
     return _map(lambda o: to_lazy(o) if isinstance(o, torch.Tensor) else o, out)
 

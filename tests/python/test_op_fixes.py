@@ -287,3 +287,28 @@ def test_backward_of_tanh_and_sigmoid_lowers(fn):
     fn(expected).pow(2).sum().backward()
     assert_same(x.grad.cpu(), expected.grad, "gradient")
     assert_no_fallback()
+
+
+def test_ctc_loss_backward_runs_eagerly_on_its_own_copies():
+    # CTC loss has no meta kernel: it runs eagerly, on host copies of lazy values.
+    # Those shared memory copy-on-write, and the backward's CPU kernel materializes
+    # an input inside at::parallel_for, which PyTorch forbids (an internal assert:
+    # a Wav2Vec2-CTC training step).
+    torch.manual_seed(0)
+    logits = torch.randn(20, 2, 8)
+    targets = torch.randint(1, 8, (2, 5))
+
+    def loss(x, t):
+        return torch.nn.functional.ctc_loss(x.log_softmax(-1), t, [20, 20], [5, 5],
+                                            reduction="sum")
+
+    x = logits.clone().to(DEVICE).requires_grad_()
+    value = loss(x, targets.to(DEVICE))
+    value.backward()
+    lazymlir.mark_step()
+    expected = logits.clone().requires_grad_()
+    expected_value = loss(expected, targets)
+    expected_value.backward()
+    assert_same(value.cpu(), expected_value.detach(), "loss")
+    assert_same(x.grad.cpu(), expected.grad, "gradient")
+    assert set(lazymlir.metrics.fallback_ops()) == {"aten::_ctc_loss", "aten::_ctc_loss_backward"}
