@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from . import dlpack, module_moves
+from . import device_guard, dlpack, module_moves
 from .execution import executor
 from .tracing import device_rules, tracer
 from .tracing.materialize import mark_step, to_cpu
@@ -56,6 +56,14 @@ class _DeviceModule:
         pass
 
     @staticmethod
+    def get_amp_supported_dtype() -> list:
+        """None: autocast is not implemented for lazy_mlir (no AutocastPrivateUse1
+        kernels), so `torch.autocast("lazy_mlir")` warns and stays off. PyTorch asks
+        even for a disabled autocast: activation checkpointing (of CPU tensors too,
+        lazy_mlir being the registered accelerator) builds one for the device."""
+        return []
+
+    @staticmethod
     def get_rng_state(device=None):
         return torch.get_rng_state()
 
@@ -76,6 +84,9 @@ class _Hooks(torch._C._acc.PrivateUse1Hooks):
 
 
 class _Guard(torch._C._acc.DeviceGuard):
+    """PyTorch's Python-backend guard: used only where device_guard.py's C++ guard
+    could not be built (its methods call Python; see there)."""
+
     def type_(self):
         return torch._C._autograd.DeviceType.PrivateUse1
 
@@ -274,6 +285,9 @@ def register() -> None:
     from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
     if torch._C._get_privateuse1_backend_name() != NAME:
+        # The C++ guard first: PyTorch's Python one (_Guard, registered below only if
+        # the C++ one did not build) can abort the process on an error inside backward.
+        device_guard.install()
         _setup_privateuseone_for_python_backend(NAME, _DeviceModule(), _Hooks(), _Guard())
     _library = torch.library.Library("aten", "IMPL")
     _library.impl("empty.memory_format", _empty_memory_format, "PrivateUse1")

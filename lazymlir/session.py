@@ -18,6 +18,7 @@ import atexit
 import shutil
 import tempfile
 import threading
+from pathlib import Path
 from typing import Any
 
 from .support.metrics_store import Metrics
@@ -72,6 +73,18 @@ def _close_at_exit() -> None:
 
 def current() -> Session:
     return _current
+
+
+def runtime_library(build) -> Path:
+    """One of lazymlir's runtime libraries (`build(folder)` compiles it if it is not
+    there): next to the disk cache (once per machine) when there is one, else in the
+    session's scratch folder (once per process)."""
+    cache_dir = _current.settings.cache_dir
+    directory = Path(cache_dir) / "runtime" if cache_dir else Path(_current.scratch_dir())
+    try:
+        return build(directory)
+    except OSError:  # an unwritable cache folder: build privately instead
+        return build(_current.scratch_dir())
 
 
 def reset(settings: Settings | None = None) -> Session:

@@ -32,25 +32,12 @@ SO_NAME = "executable.so"
 log = logging.getLogger("lazymlir.targets.cpu")
 
 
-def _runtime_library(build) -> Path:
-    """A runtime library of this target (`build(folder)` compiles it if needed), next to
-    the disk cache (once per machine) when there is one, else in the session's scratch
-    folder (once per process)."""
-    current = session.current()
-    cache_dir = current.settings.cache_dir
-    directory = Path(cache_dir) / "runtime" if cache_dir else Path(current.scratch_dir())
-    try:
-        return build(directory)
-    except OSError:  # an unwritable cache folder: build privately instead
-        return build(current.scratch_dir())
-
-
 @cache
 def _allocator() -> ctypes.CDLL:
     """targets/cpu_alloc.py's caching allocator, loaded once per process with
     RTLD_GLOBAL: every graph's `_mlir_memref_to_llvm_*` calls bind to it, so all
     graphs share one cache."""
-    lib = ctypes.CDLL(str(_runtime_library(cpu_alloc.build)), mode=ctypes.RTLD_GLOBAL)
+    lib = ctypes.CDLL(str(session.runtime_library(cpu_alloc.build)), mode=ctypes.RTLD_GLOBAL)
     lib.lazymlir_cpu_alloc_stats.argtypes = [ctypes.POINTER(ctypes.c_uint64 * 4)]
     lib.lazymlir_cpu_alloc_stats.restype = None
     lib.lazymlir_cpu_alloc_trim.restype = None
@@ -62,7 +49,7 @@ def load_builtins() -> ctypes.CDLL:
     """targets/cpu_builtins.py's compiler runtime functions (`__truncsfbf2`), loaded once
     per process with RTLD_GLOBAL before any CPU code that may call them: the cpu
     target's graphs, and the cuda emulator driver's kernel images (cuda_driver.py)."""
-    return ctypes.CDLL(str(_runtime_library(cpu_builtins.build)), mode=ctypes.RTLD_GLOBAL)
+    return ctypes.CDLL(str(session.runtime_library(cpu_builtins.build)), mode=ctypes.RTLD_GLOBAL)
 
 
 @cache
@@ -70,7 +57,7 @@ def _threads() -> tuple[ctypes.CDLL, str | None]:
     """targets/cpu_threads.py's OpenMP entry points, bound to PyTorch's OpenMP pool,
     loaded once per process with RTLD_GLOBAL before any graph (whose parallel loops
     call them); with the libgomp they run on, or None (then on the calling thread)."""
-    lib, gomp = cpu_threads.load(_runtime_library(cpu_threads.build))
+    lib, gomp = cpu_threads.load(session.runtime_library(cpu_threads.build))
     if gomp is None:
         log.warning("no GNU OpenMP runtime (libgomp) is loaded in this process: the "
                     "parallel loops of compiled CPU graphs run on one thread")

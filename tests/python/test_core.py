@@ -112,6 +112,66 @@ def test_error_in_a_builtin_backward_op_surfaces_on_read(monkeypatch):
     assert (y * 2).sum().item() == pytest.approx(2 * y.cpu().sum().item())
 
 
+KERNEL_ERROR_IN_BACKWARD = textwrap.dedent("""
+    import torch, lazymlir
+    # ctc_loss has no meta kernel: its backward runs eagerly, inside the C++ autograd
+    # node CtcLossBackward0, on the engine's thread for the device; its CPU kernel
+    # is made to raise.
+    lib = torch.library.Library("aten", "IMPL")
+    def raising(*args, **kwargs):
+        raise RuntimeError("error raised by the eager kernel")
+    lib.impl("_ctc_loss_backward.Tensor", raising, "CPU")
+    lib.impl("_ctc_loss_backward", raising, "CPU")
+    log_probs = torch.randn(20, 2, 8).to("lazy_mlir").requires_grad_()
+    targets = torch.randint(1, 8, (2, 5)).to("lazy_mlir")
+    loss = torch.nn.functional.ctc_loss(log_probs.log_softmax(-1), targets, [20, 20],
+                                        [5, 5], reduction="sum")
+    try:
+        loss.backward()
+    except RuntimeError as error:
+        print("RAISED", error)
+    print("ALIVE", (torch.ones(3).to("lazy_mlir") * 2).sum().item())
+""")
+
+
+def test_a_kernel_error_inside_a_cpp_autograd_node_raises_it():
+    """The autograd engine unwinds such an error with the Python error still pending,
+    through a stream guard of our device; PyTorch's Python-backend device guard
+    called into Python there and the process aborted (std::terminate). In a child
+    process: a regression must not take the test run with it."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAZYMLIR_")}
+    done = subprocess.run([sys.executable, "-c", KERNEL_ERROR_IN_BACKWARD], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "RAISED error raised by the eager kernel" in done.stdout, done.stdout
+    assert "ALIVE 6.0" in done.stdout, done.stdout
+    assert "device guard" not in done.stderr, done.stderr  # the C++ guard built
+
+
+@pytest.mark.parametrize("use_reentrant", [False, True])
+@pytest.mark.parametrize("device", ["cpu", DEVICE])
+def test_activation_checkpointing_matches_eager(device, use_reentrant):
+    """lazy_mlir is PyTorch's registered accelerator once imported, so checkpointing
+    builds an autocast context for it even for CPU tensors (it asked the device
+    module for get_amp_supported_dtype, which was missing)."""
+    from torch.utils.checkpoint import checkpoint
+
+    torch.manual_seed(0)
+    layer = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4))
+    x0 = torch.randn(5, 8)
+    expected = x0.clone().requires_grad_()
+    layer(expected).pow(2).sum().backward()
+    expected_grads = [p.grad.clone() for p in layer.parameters()]
+    layer.zero_grad()
+    moved = layer.to(device)
+    x = x0.clone().to(device).requires_grad_()
+    checkpoint(moved, x, use_reentrant=use_reentrant).pow(2).sum().backward()
+    torch.testing.assert_close(x.grad.cpu(), expected.grad, rtol=1e-5, atol=1e-6)
+    for p, g in zip(moved.parameters(), expected_grads):
+        torch.testing.assert_close(p.grad.cpu(), g, rtol=1e-5, atol=1e-6)
+    assert_no_fallback()
+
+
 # ------------------------------------------------------------ crash isolation
 
 def test_worker_crash_is_an_error_and_the_next_compile_works(monkeypatch):
