@@ -40,7 +40,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from . import session, targets
 from .execution import executor
-from .lowering import fx_graph
+from .lowering import decompositions, fx_graph
 
 
 class UnsupportedGraphError(NotImplementedError):
@@ -299,6 +299,7 @@ def _decompositions():
     # eager's var), but the GPT training step went from 0.92x to 1.06x eager
     # (docs/cpu-performance.md, "Cold compile, fifth session").
     table = dict(get_decomposition_table())
+    table.update(decompositions.TABLE)
     # Dynamo itself rewrites `addcmul_(..., value=)` (every Adam/AdamW/RMSprop step) into
     # inductor's `prims.fma` (torch._dynamo.config.enable_dynamo_decompositions), an op
     # only inductor lowers and only `torch._inductor` registers. Eager's addcmul rounds

@@ -30,6 +30,7 @@ from types import MappingProxyType
 import torch
 
 from .. import session, targets
+from ..lowering import decompositions
 from . import device_rules, failures, fallback, rnn
 from . import values as values_module
 from .graph import SCALAR_INPUT_OPS
@@ -583,6 +584,7 @@ def _decompositions():
         table = dict(get_decomposition_table())
         for op in _KEEP:
             table.pop(op, None)
+        table.update(decompositions.TABLE)
         _DECOMPOSITIONS = table
     return _DECOMPOSITIONS
 

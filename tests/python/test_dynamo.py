@@ -117,6 +117,21 @@ def test_tensors_made_in_forward_are_graph_constants():
     assert_no_fallback()
 
 
+def test_weight_norm_training_compiles_whole():
+    """_weight_norm_interface_backward (autograd's formula for the fused weight norm)
+    is decomposed (lowering/decompositions.py): no fallback inside the backward graph."""
+    torch.manual_seed(0)
+    eager = nn.utils.parametrizations.weight_norm(nn.Conv1d(8, 8, 4, padding=2, groups=2),
+                                                  name="weight", dim=2)
+    compiled = copy.deepcopy(eager)
+    x = torch.randn(2, 8, 10)
+    eager(x).pow(2).sum().backward()
+    _compile(compiled)(x).pow(2).sum().backward()
+    for p, q in zip(eager.parameters(), compiled.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-5, atol=1e-5)
+    assert_no_fallback()
+
+
 def _check_against_eager(f, inputs):
     eager_inputs = inputs()
     expected = f(*eager_inputs)

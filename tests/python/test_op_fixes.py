@@ -312,3 +312,25 @@ def test_ctc_loss_backward_runs_eagerly_on_its_own_copies():
     assert_same(value.cpu(), expected_value.detach(), "loss")
     assert_same(x.grad.cpu(), expected.grad, "gradient")
     assert set(lazymlir.metrics.fallback_ops()) == {"aten::_ctc_loss", "aten::_ctc_loss_backward"}
+
+
+@pytest.mark.parametrize("dim", [0, 2])
+def test_weight_norm_backward_lowers(dim):
+    # autograd's formula for the fused _weight_norm_interface calls
+    # _weight_norm_interface_backward, which neither torch-mlir nor PyTorch's table
+    # decomposes (lowering/decompositions.py does): Wav2Vec2's positional convolution.
+    import copy
+
+    torch.manual_seed(0)
+    conv = torch.nn.utils.parametrizations.weight_norm(
+        torch.nn.Conv1d(8, 8, 4, padding=2, groups=2), name="weight", dim=dim)
+    x0 = torch.randn(2, 8, 10)
+    expected = copy.deepcopy(conv)
+    expected(x0).pow(2).sum().backward()
+    moved = copy.deepcopy(conv).to(DEVICE)
+    moved(x0.to(DEVICE)).pow(2).sum().backward()
+    lazymlir.mark_step()
+    for (name, p), q in zip(expected.named_parameters(), moved.parameters()):
+        torch.testing.assert_close(q.grad.cpu(), p.grad, rtol=1e-5, atol=1e-5,
+                                   msg=lambda m, n=name: f"{n}: {m}")
+    assert_no_fallback()
