@@ -73,8 +73,9 @@ class Metrics:
                 for k, (count, total, samples) in entries.items()}
 
     def fallback_ops(self) -> dict[str, int]:
-        """The ops that ran with eager fallback, with counts ({'aten::nonzero': 2})."""
-        return {k: v for k, v in self.counters().items() if k.startswith("aten::")}
+        """The ops that ran with eager fallback, with counts ({'aten::nonzero': 2}): the
+        counters named by an op's qualified name (`namespace::op`, custom ops too)."""
+        return {k: v for k, v in self.counters().items() if "::" in k}
 
     def reset(self) -> None:
         with self._lock:
@@ -84,7 +85,7 @@ class Metrics:
     def report(self) -> str:
         lines = ["Counters:"]
         for name, value in sorted(self.counters().items()):
-            if not name.startswith("aten::"):
+            if "::" not in name:  # op counters (ns::op): under "Fallback ops" below
                 lines.append(f"  {name:<24} {value}")
         lines.append(f"Timers (ms; percentiles over the last {SAMPLES} samples):")
         for name, entry in sorted(self.timers().items()):

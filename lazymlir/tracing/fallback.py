@@ -35,11 +35,26 @@ NO_META = (NotImplementedError, torch._subclasses.fake_tensor.DynamicOutputShape
            torch._subclasses.fake_tensor.DataDependentOutputException)
 
 
+def _custom_op_without_fake(name: str) -> bool:
+    """A `torch.library.custom_op` given no fake implementation: its meta kernel raises
+    (PyTorch's "There was no fake impl registered") instead of naming its outputs."""
+    if name.startswith(("aten::", "prims::")):
+        return False
+    try:
+        opdef = torch._library.custom_ops._maybe_get_opdef(name)
+    except Exception:  # noqa: BLE001  a PyTorch without this registry: meta inference decides
+        return False
+    return opdef is not None and getattr(opdef, "_abstract_fn", True) is None
+
+
 def always_eager(func) -> str | None:
     """Why `func` must run eagerly whatever its arguments, or None."""
     name = func._schema.name
     if name in DATA_DEPENDENT:
         return "its output shape depends on the data"
+    if _custom_op_without_fake(name):
+        return ("a custom op without a fake implementation cannot be traced (give it one "
+                "with @op.register_fake to compile it)")
     # Functionalization turns normal_ into normal_functional (others keep their names).
     if name.removesuffix("_functional") in RANDOM:
         return "random ops use the CPU generator (torch.manual_seed)"

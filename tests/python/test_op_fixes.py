@@ -334,3 +334,17 @@ def test_weight_norm_backward_lowers(dim):
         torch.testing.assert_close(q.grad.cpu(), p.grad, rtol=1e-5, atol=1e-5,
                                    msg=lambda m, n=name: f"{n}: {m}")
     assert_no_fallback()
+
+
+def test_a_custom_op_without_a_fake_implementation_runs_eagerly_and_is_counted():
+    # Its meta kernel raises ("There was no fake impl registered"): tracing it raised.
+    @torch.library.custom_op("lazymlir_tests::twice", mutates_args=())
+    def twice(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    x = torch.arange(4.0)
+    with pytest.warns(UserWarning, match="register_fake"):
+        result = (twice(x.to(DEVICE)) + 1).cpu()
+    assert result.tolist() == [1.0, 3.0, 5.0, 7.0]
+    assert lazymlir.metrics.fallback_ops() == {"lazymlir_tests::twice": 1}
+    assert "lazymlir_tests::twice" in lazymlir.metrics.report()
