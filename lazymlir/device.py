@@ -57,7 +57,7 @@ class _DeviceModule:
 
     @staticmethod
     def get_amp_supported_dtype() -> list:
-        """None: autocast is not implemented for lazy_mlir (no AutocastPrivateUse1
+        """No dtype: autocast is not implemented for lazy_mlir (no AutocastPrivateUse1
         kernels), so `torch.autocast("lazy_mlir")` warns and stays off. PyTorch asks
         even for a disabled autocast: activation checkpointing (of CPU tensors too,
         lazy_mlir being the registered accelerator) builds one for the device."""

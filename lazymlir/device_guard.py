@@ -8,10 +8,11 @@ a stream guard for the device. When an op of a C++ autograd node raises there
 engine unwinds with the Python error still pending; the stream guard's
 destructor calls the guard's `exchangeStream`, which calls into Python, fails,
 and being `noexcept` ends the process (`std::terminate`: "terminate called
-without an active exception"). Where the call fails without aborting, the error
-is consumed and the user gets `SystemError: ... returned NULL without setting
-an exception` instead (why tracing/failures.py makes errors inside backward
-into failed values, for the ops with a meta kernel).
+without an active exception", seen with CTC loss's backward; gdb shows
+`PythonDeviceGuard::exchangeStream` under the stream guard's destructor in
+`Engine::evaluate_function`). tracing/failures.py, which turns errors inside
+backward into failed values where the op has a meta kernel, records the
+`SystemError` such errors gave before.
 
 This guard answers what PyTorch's does (one device, index 0, the default
 stream, no events) without calling Python, so the error reaches the user as

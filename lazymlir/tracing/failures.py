@@ -4,7 +4,8 @@ PyTorch runs backward for a non-CPU device on a worker thread of the
 autograd engine. With PyTorch's Python-backend device guard, an exception raised
 by `__torch_dispatch__` there did not survive the trip back to the caller
 (`SystemError: run_backward ... returned NULL without setting an exception`, or
-an abort); device_guard.py's C++ guard fixed that, but the policy stays: inside
+an abort); with device_guard.py's C++ guard the aborts are gone (CTC loss's
+backward), but the policy stays: inside
 backward the tracer does not raise where it can make the op's outputs (a meta
 kernel names them). They become values that carry the error
 (LazyValue.failed), backward completes, and the first read of a gradient
