@@ -39,3 +39,15 @@ def test_the_cold_timeline_of_an_mlp_step(args, waits, last):
     assert "package" in out and "first call returned" in out
     assert out.count("a run waits for compile") == waits, out
     assert out.rstrip().endswith(f"{last} |"), out
+
+
+def test_first_call_measures_cold_and_warm_first_calls():
+    """benchmarks/first_call.py: one round of the MLP step, the cold lazymlir first call
+    and the warm one (a second process on the first one's disk cache)."""
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    env = dict(os.environ, PYTHONPATH=path, LAZYMLIR_FALLBACK="error")
+    done = subprocess.run([sys.executable, "-m", "benchmarks.first_call", "--only", "mlp",
+                           "--rounds", "1", "--backends", "lazymlir,lazymlir-warm"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "| lazymlir | " in done.stdout and "| lazymlir-warm | " in done.stdout, done.stdout
