@@ -461,20 +461,16 @@ def _unbind(self, dim=0):
     return [record(aten.select_copy.int, (self, dim, i), {}) for i in range(self.shape[dim])]
 
 
-def _real(self):
-    """real() of a real tensor is the tensor itself (torch-mlir crashes lowering it)."""
-    if self.dtype.is_complex:
-        return record(aten.real.default, (self,), {})
-    return LazyTensor(self._lazy)
-
-
-def _conj_physical(self):
-    """conj_physical() of a real tensor is the tensor itself (its CompositeImplicit
-    kernel, which runs above us: here it arrives from decompositions such as
-    tanh_backward's and sigmoid_backward's, and torch-mlir has no lowering of it)."""
-    if self.dtype.is_complex:
-        return record(aten.conj_physical.default, (self,), {})
-    return LazyTensor(self._lazy)
+def _itself_if_real(op):
+    """A route for `op`, which of a real tensor is the tensor itself: recorded only
+    for a complex one. `real` (torch-mlir crashes lowering it) and `conj_physical`
+    (its CompositeImplicit kernel runs above us; here it arrives from decompositions
+    such as tanh_backward's and sigmoid_backward's, and torch-mlir has no lowering)."""
+    def route(self):
+        if self.dtype.is_complex:
+            return record(op, (self,), {})
+        return LazyTensor(self._lazy)
+    return route
 
 
 def _input_dtype(input, *stats):
@@ -550,8 +546,8 @@ _SPECIAL = {
     aten.clone.default: _clone,
     aten.unbind_copy.int: _unbind,
     aten._local_scalar_dense.default: _local_scalar_dense,
-    aten.real.default: _real,
-    aten.conj_physical.default: _conj_physical,
+    aten.real.default: _itself_if_real(aten.real.default),
+    aten.conj_physical.default: _itself_if_real(aten.conj_physical.default),
     aten.native_batch_norm.default: _batch_norm,
     aten._native_batch_norm_legit.default: _batch_norm,
     aten.native_layer_norm.default: _layer_norm,
