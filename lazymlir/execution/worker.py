@@ -19,10 +19,8 @@ from __future__ import annotations
 import gc
 import logging
 import os
-import pickle
 import select
 import signal
-import struct
 import subprocess
 import sys
 import tempfile
@@ -33,43 +31,9 @@ from pathlib import Path
 
 from ..support.errors import CompilerCrashError
 from . import compiler
+from .worker_protocol import NICENESS_VARIABLE, read_message, write_message
 
 log = logging.getLogger("lazymlir.worker")
-
-_HEADER = struct.Struct("<Q")
-
-
-def write_message(stream, message) -> None:
-    payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    data = memoryview(_HEADER.pack(len(payload)) + payload)
-    while data:  # an unbuffered pipe may take part of it
-        data = data[stream.write(data):]
-    stream.flush()
-
-
-def _read_exact(stream, size: int) -> bytes:
-    """`size` bytes, fewer only at end of stream (an unbuffered pipe returns short reads)."""
-    chunks, have = [], 0
-    while have < size:
-        chunk = stream.read(size - have)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        have += len(chunk)
-    return b"".join(chunks)
-
-
-def read_message(stream):
-    """The next message, or None at end of stream (the other side is gone)."""
-    header = _read_exact(stream, _HEADER.size)
-    if len(header) < _HEADER.size:
-        return None
-    (size,) = _HEADER.unpack(header)
-    payload = _read_exact(stream, size)
-    if len(payload) < size:
-        return None
-    return pickle.loads(payload)
-
 
 def _wait_readable(stream, deadline: float) -> bool:
     """Whether `stream` has data before `deadline` (time.monotonic())."""
@@ -119,10 +83,6 @@ class _ForkedProcess:
                 pass
 
 
-# How a worker started as `python -m module` learns its niceness (worker_main.main).
-NICENESS_VARIABLE = "LAZYMLIR_WORKER_NICENESS"
-
-
 def _fork_worker(log_fd: int, niceness: int = 0) -> _ForkedProcess:
     """A worker forked from this process: it has torch and lazymlir imported already,
     so it is ready after importing the MLIR bindings (~0.3 s) instead of a fresh
@@ -162,6 +122,9 @@ def _fork_worker(log_fd: int, niceness: int = 0) -> _ForkedProcess:
             import torch
 
             torch.set_num_threads(1)
+            # Imported here, not at the top: `python -m ...worker_main` imports this
+            # module through the package, and runpy warns when the module it is about
+            # to run is already in sys.modules.
             from . import worker_main
 
             # The parent's sys streams may be anything (pytest's capture, a notebook's):

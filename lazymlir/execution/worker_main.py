@@ -1,7 +1,7 @@
 """Entry point of the compile worker process (`python -m lazymlir.execution.worker_main`).
 
 Reads (kind, payload) requests from stdin and answers on stdout (framing in
-worker.py); native output is redirected to stderr (a log file the parent
+worker_protocol.py); native output is redirected to stderr (a log file the parent
 reads after a crash). Replies: ("stage", name) progress messages, then
 ("ok", result) or ("error", exception). Exits when stdin closes.
 """
@@ -13,7 +13,7 @@ import os
 import sys
 
 from . import compiler
-from .worker import NICENESS_VARIABLE, read_message, write_message
+from .worker_protocol import NICENESS_VARIABLE, read_message, write_message
 
 
 def _serve(requests, replies) -> None:
