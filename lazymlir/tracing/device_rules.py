@@ -46,3 +46,8 @@ def check_supported(dtype: torch.dtype, layout: torch.layout, op_name: str) -> N
         raise TypeError(
             f"lazy_mlir does not support dtype {dtype} ({op_name}); supported: "
             f"{', '.join(sorted(str(d).removeprefix('torch.') for d in SUPPORTED_DTYPES))}")
+
+
+def is_lazy_device(device) -> bool:
+    """Whether `device` (a torch.device, a string, or None) names the lazy device."""
+    return device is not None and torch.device(device).type == "lazy_mlir"

@@ -17,6 +17,8 @@ from __future__ import annotations
 import torch
 
 from ..execution import fallback
+from .host_data import constant, to_host
+from .trace_state import state
 
 DATA_DEPENDENT = frozenset({
     "aten::nonzero", "aten::unique", "aten::_unique2", "aten::unique_consecutive",
@@ -61,8 +63,9 @@ def always_eager(func) -> str | None:
     return None
 
 
-def run_eagerly(func, args, kwargs, reason: str | None, to_host, to_lazy):
+def run_eagerly(func, args, kwargs, reason: str | None):
     """Run `func` with PyTorch on host copies of its inputs; outputs become lazy data."""
+    state.impure += 1
     fallback.count(func._schema.name, reason)
     def host(value):
         return fallback.kernel_input(to_host(value))
@@ -70,7 +73,7 @@ def run_eagerly(func, args, kwargs, reason: str | None, to_host, to_lazy):
     flat_args = [_map(host, a) for a in args]
     flat_kwargs = {k: _map(host, v) for k, v in kwargs.items()}
     out = func(*flat_args, **flat_kwargs)
-    return _map(lambda o: to_lazy(o) if isinstance(o, torch.Tensor) else o, out)
+    return _map(lambda o: constant(o) if isinstance(o, torch.Tensor) else o, out)
 
 
 def _map(fn, value):

@@ -24,10 +24,16 @@ from .. import session
 DEVICE = "lazy_mlir:0"  # a string: torch.device() needs PrivateUse1 renamed first
 # The same device as an object (PrivateUse1 is lazy_mlir once registered): parsing
 # the string costs about a microsecond per tensor made.
-_DEVICE = torch.device("privateuseone", 0)
+TORCH_DEVICE = torch.device("privateuseone", 0)
 _make_wrapper = torch.Tensor._make_wrapper_subclass
 
 _node_ids = itertools.count()
+
+
+def node_seq_mark() -> int:
+    """A sequence number that no node has: every node made after this call has a
+    larger `seq` (the decomposition templates use it to find what a call recorded)."""
+    return next(_node_ids)
 
 
 class Node:
@@ -105,7 +111,7 @@ class LazyTensor(torch.Tensor):
     def __new__(cls, value: LazyValue):
         meta = value.meta
         # No strides: lazy values are contiguous, the default of a wrapper subclass.
-        tensor = _make_wrapper(cls, meta.shape, dtype=meta.dtype, device=_DEVICE)
+        tensor = _make_wrapper(cls, meta.shape, dtype=meta.dtype, device=TORCH_DEVICE)
         tensor._lazy = value
         track(tensor)
         return tensor

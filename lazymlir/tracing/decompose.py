@@ -1,0 +1,231 @@
+"""The decomposition route: ops torch-mlir wants decomposed, with replayed templates.
+
+An op in torch-mlir's decomposition table (what its FX path applies before
+import, plus lowering.decompositions) is decomposed here; the pieces re-enter
+dispatch. A decomposition runs Python reference code and re-enters dispatch for
+every piece (t_copy -> t -> transpose -> permute -> clone), 20-50 us a call. Its
+result depends only on its arguments' shapes, dtypes and static values, so it
+runs once per signature while a template of the nodes it recorded is captured;
+later calls replay the template (a Node and a LazyValue per piece). A call that
+syncs, runs an op eagerly, uploads a constant or rebinds a tensor from outside
+is not captured: it runs every time.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..lowering import decompositions
+from .recording import KWARGS_SEPARATOR, record
+from .trace_state import state
+from .values import LazyTensor, LazyValue, Node, node_seq_mark, signature
+
+aten = torch.ops.aten
+
+_DECOMPOSITIONS = None
+
+# Ops torch-mlir lowers directly: decomposing them would only make graphs
+# larger (torch-mlir decomposes internally where it must).
+_KEEP = {
+    aten._to_copy.default, aten.addmm.default, aten._log_softmax.default,
+    aten._softmax.default, aten.native_layer_norm.default, aten.gelu.default,
+    aten.arange.start_step, aten.full.default, aten.empty.memory_format,
+}
+
+
+def table():
+    """torch-mlir's decomposition table (what its FX path applies before import)."""
+    global _DECOMPOSITIONS
+    if _DECOMPOSITIONS is None:
+        from torch_mlir.extras.fx_decomp_util import get_decomposition_table
+
+        ops = dict(get_decomposition_table())
+        for op in _KEEP:
+            ops.pop(op, None)
+        ops.update(decompositions.TABLE)
+        _DECOMPOSITIONS = ops
+    return _DECOMPOSITIONS
+
+
+_TEMPLATE_LIMIT = 256   # templates kept per op (a changing float in the key misses)
+
+
+class _NoTemplate(Exception):
+    pass
+
+
+class _Ref:
+    """In a template: the value at position `i` (inputs first, then node outputs)."""
+
+    __slots__ = ("i",)
+
+    def __init__(self, i: int):
+        self.i = i
+
+
+def decomposer(func, decomposition):
+    """The route of `func`, an op that `decomposition` decomposes."""
+    templates: dict = {}
+
+    def run(f, args, kwargs):
+        out = decomposition(*args, **kwargs)
+        return record(f, args, kwargs) if out is NotImplemented else out
+
+    def decompose(f, args, kwargs):
+        if state.capture_start >= 0:  # inside another capture: that one templates us
+            return run(f, args, kwargs)
+        # The default dtype: a decomposition may read it (factories without a dtype).
+        key, inputs = [torch.get_default_dtype()], []
+        try:
+            for a in args:
+                _template_key(a, key, inputs)
+            if kwargs:
+                key.append(KWARGS_SEPARATOR)
+                for k, v in kwargs.items():
+                    key.append(k)
+                    _template_key(v, key, inputs)
+            key = tuple(key)
+            template = templates.get(key)
+        except (TypeError, _NoTemplate):  # unhashable or host-tensor arguments
+            return run(f, args, kwargs)
+        if template is not None:
+            return _replay(template, inputs)
+        if len({id(v) for v in inputs}) != len(inputs):
+            # One value in two argument places: a template would tie them together for
+            # later calls that pass two different values. (Replaying a template made
+            # with distinct values for a call that repeats one is exact.)
+            return run(f, args, kwargs)
+        start = node_seq_mark()
+        impure = state.impure
+        state.capture_start = start
+        try:
+            out = run(f, args, kwargs)
+        finally:
+            state.capture_start = -1
+        if state.impure == impure:
+            template = _capture(start, inputs, out)
+            if template is not None:
+                if len(templates) >= _TEMPLATE_LIMIT:
+                    templates.clear()
+                templates[key] = template
+        return out
+
+    return decompose
+
+
+def _template_key(x, key: list, inputs: list) -> None:
+    """Like the shape-cache key, but every scalar by value (floats by their exact bits:
+    -0.0 == 0.0 in Python); collects the LazyValues in order."""
+    t = type(x)
+    if t is LazyTensor:
+        value = x._lazy
+        key.append(value.sig)
+        inputs.append(value)
+    elif t is float:
+        key.append(float)
+        key.append(x.hex())
+    elif t is list or t is tuple:
+        key.append(t)
+        key.append(len(x))
+        for v in x:
+            _template_key(v, key, inputs)
+    elif isinstance(x, torch.Tensor):
+        raise _NoTemplate  # a host tensor: its values would be baked in
+    else:
+        key.append(t)
+        key.append(x)
+
+
+def _capture(start: int, inputs: list, out):
+    """The template of what a decomposition recorded after node `start`, or None."""
+    position = {}  # id(value) or (seq, output) -> position in the replay's values
+    for i, value in enumerate(inputs):
+        position.setdefault(id(value), i)
+    nodes = {}
+    stack = []
+
+    def visit(value) -> bool:
+        if id(value) in position:
+            return True
+        node = value.node
+        if node is None or node.seq <= start:
+            return False  # made outside and not an input (a constant, a closure...)
+        if node.seq not in nodes:
+            nodes[node.seq] = node
+            stack.append(node)
+        return True
+
+    def visit_out(o) -> bool:
+        if type(o) is LazyTensor:
+            return visit(o._lazy)
+        if type(o) is list or type(o) is tuple:
+            return all(visit_out(v) for v in o)
+        return o is None or type(o) in (int, float, bool)
+
+    if not visit_out(out):
+        return None
+    while stack:
+        node = stack.pop()
+        for arg in (*node.args, *node.kwargs.values()):
+            for value in (arg if type(arg) is list or type(arg) is tuple else (arg,)):
+                if type(value) is LazyValue and not visit(value):
+                    return None
+    count = len(inputs)
+    for seq in sorted(nodes):
+        for k in range(len(nodes[seq].out_metas)):
+            position[(seq, k)] = count
+            count += 1
+
+    def spec(x):
+        if type(x) is LazyValue:
+            i = position.get(id(x))
+            return _Ref(i if i is not None else position[(x.node.seq, x.index)])
+        if type(x) is list or type(x) is tuple:
+            return type(x)(spec(v) for v in x)
+        return x
+
+    steps = []
+    for seq in sorted(nodes):
+        node = nodes[seq]
+        steps.append((node.op, tuple(spec(a) for a in node.args),
+                      {k: spec(v) for k, v in node.kwargs.items()}, node.out_metas,
+                      [None if m is None else signature(m.shape, m.dtype)
+                       for m in node.out_metas]))
+
+    def out_spec(o):
+        if type(o) is LazyTensor:
+            return spec(o._lazy)
+        if type(o) is list or type(o) is tuple:
+            return type(o)(out_spec(v) for v in o)
+        return o
+
+    return steps, out_spec(out)
+
+
+def _resolve(x, values: list):
+    t = type(x)
+    if t is _Ref:
+        return values[x.i]
+    if t is list or t is tuple:
+        return t(_resolve(v, values) for v in x)
+    return x
+
+
+def _rebuild(x, values: list):
+    t = type(x)
+    if t is _Ref:
+        return LazyTensor(values[x.i])
+    if t is list or t is tuple:
+        return t(_rebuild(v, values) for v in x)
+    return x
+
+
+def _replay(template, values: list):
+    steps, out = template
+    for op, args, kwargs, metas, sigs in steps:
+        node = Node(op, tuple(_resolve(a, values) for a in args),
+                    {k: _resolve(v, values) for k, v in kwargs.items()} if kwargs else {},
+                    metas)
+        for k, meta in enumerate(metas):
+            values.append(None if meta is None else LazyValue(meta, node, k, None, sigs[k]))
+    return _rebuild(out, values)

@@ -1,0 +1,247 @@
+"""The record route: a functional op becomes a Node of the trace.
+
+Most ops end here (tracer.py routes the rest elsewhere). Recording is the hot
+path (a few microseconds per op; docs/tracing-performance.md has the
+measurements). Output shapes/dtypes come from PyTorch's meta kernels once per
+(op, input shapes/dtypes, static arguments) and are cached in the op's
+recorder; the cache key is a flat tuple built in the same loop that builds the
+node's arguments, with no pytree. A float argument of an op in
+`SCALAR_INPUT_OPS` is lifted to a scalar graph input: its value changes no
+shape or dtype, so it stays out of the key and one graph serves every value.
+An op without a meta kernel runs eagerly instead (fallback.py).
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+import torch
+
+from . import device_rules, fallback
+from .graph import SCALAR_INPUT_OPS
+from .host_data import constant
+from .values import TORCH_DEVICE, LazyTensor, LazyValue, Node, meta_like, signature, track
+
+aten = torch.ops.aten
+_SHAPE_CACHE_LIMIT = 1 << 16
+_make_wrapper = torch.Tensor._make_wrapper_subclass
+
+_RECORDERS: dict = {}   # id(func) -> the func's recorder (routes other than record use it)
+_FUNCS: dict = {}       # id(func) -> func: keeps every keyed op alive, so no id is reused
+
+
+def keep_alive(func) -> None:
+    """Keep `func` alive for as long as the process: tables keyed by `id(func)` (keyed
+    by id because `OpOverload.__hash__` is a Python method) must never see an id reused."""
+    _FUNCS[id(func)] = func
+
+
+def recorder_of(func):
+    """`func`'s recorder if one was made, else None."""
+    return _RECORDERS.get(id(func))
+
+
+def record(func, args, kwargs):
+    """Add `func(*args, **kwargs)` to the trace; returns LazyTensors for its outputs."""
+    recorder = _RECORDERS.get(id(func))
+    if recorder is None:
+        recorder = make_recorder(func)
+    return recorder(func, args, kwargs)
+
+
+KWARGS_SEPARATOR = object()  # separates positional from keyword arguments in a shape-cache key
+_NO_KWARGS = MappingProxyType({})  # shared by nodes without kwargs: one object less per op
+_HOST = object()    # marks a host (CPU) tensor argument in a shape-cache key
+
+
+def make_recorder(func):
+    """The function that records `func`, with its own shape cache.
+
+    The shape-cache key is a flat tuple: a LazyValue's signature (an int) for a
+    tensor, `float` alone for a float that becomes a scalar graph input (its
+    value changes no shape or dtype), the type and then the value for any other
+    scalar (so 1, 1.0 and True differ), a type and a length before the items of
+    a list. Types are never ints, so the flat form is unambiguous. The same loop
+    builds the node's arguments.
+    """
+    op = _view_for_copy(func)
+    name = func._schema.name
+    lift = name in SCALAR_INPUT_OPS
+    shapes: dict = {}
+
+    def record_op(func, args, kwargs):
+        # Fast path: one or two positional arguments, tensors or a lifted float,
+        # a cached single output. Its keys equal the general loop's.
+        entry = None
+        if not kwargs:
+            if len(args) == 1:
+                a = args[0]
+                if type(a) is LazyTensor:
+                    value = a._lazy
+                    node_args = (value,)
+                    entry = shapes.get(value.sig)
+            elif len(args) == 2:
+                a, b = args
+                if type(a) is LazyTensor:
+                    value = a._lazy
+                    if type(b) is LazyTensor:
+                        other = b._lazy
+                        node_args = (value, other)
+                        entry = shapes.get((value.sig, other.sig))
+                    elif type(b) is float and lift:
+                        node_args = (value, b)
+                        entry = shapes.get((value.sig, float))
+        if entry is None:
+            return record_general(func, args, kwargs)
+        metas, kind, outputs = entry
+        if kind is not None:
+            return record_general(func, args, kwargs)
+        meta, sig, shape, dtype = outputs[0]
+        tensor = _make_wrapper(LazyTensor, shape, dtype=dtype, device=TORCH_DEVICE)
+        tensor._lazy = LazyValue(meta, Node(op, node_args, _NO_KWARGS, metas), 0, None, sig)
+        track(tensor)
+        return tensor
+
+    def record_general(func, args, kwargs):
+        key = []
+        node_args = []
+        for a in args:
+            t = type(a)
+            if t is LazyTensor:
+                value = a._lazy
+                key.append(value.sig)
+                node_args.append(value)
+            elif t is float and lift:
+                key.append(float)
+                node_args.append(a)
+            elif t is int or t is float or t is bool:
+                key.append(t)
+                key.append(a)
+                node_args.append(a)
+            else:
+                node_args.append(_encode(a, lift, key, name))
+        node_kwargs = {}
+        if kwargs:
+            key.append(KWARGS_SEPARATOR)
+            for k, a in kwargs.items():
+                key.append(k)
+                node_kwargs[k] = _encode(a, lift, key, name)
+        try:
+            # One element: a single tensor's signature (or `float`), as the fast path.
+            key = key[0] if len(key) == 1 else tuple(key)
+            entry = shapes.get(key)
+        except TypeError:  # an unhashable argument: infer every time
+            key, entry = None, None
+        if entry is None:
+            try:
+                entry = _infer(func, args, kwargs)
+            except fallback.NO_META as error:
+                return fallback.run_eagerly(func, args, kwargs, f"no meta kernel: {error}")
+            if key is not None:
+                if len(shapes) >= _SHAPE_CACHE_LIMIT:
+                    shapes.clear()
+                shapes[key] = entry
+        metas, kind, outputs = entry
+        node = Node(op, tuple(node_args), node_kwargs, metas)
+        if kind is None:
+            meta, sig, shape, dtype = outputs[0]
+            tensor = _make_wrapper(LazyTensor, shape, dtype=dtype, device=TORCH_DEVICE)
+            tensor._lazy = LazyValue(meta, node, 0, None, sig)
+            track(tensor)
+            return tensor
+        return kind(_output(node, k, out) for k, out in enumerate(outputs))
+
+    keep_alive(func)
+    _RECORDERS[id(func)] = record_op
+    return record_op
+
+
+def _output(node, index, out):
+    if out is None:
+        return None
+    meta, sig, shape, dtype = out
+    tensor = _make_wrapper(LazyTensor, shape, dtype=dtype, device=TORCH_DEVICE)
+    tensor._lazy = LazyValue(meta, node, index, None, sig)
+    track(tensor)
+    return tensor
+
+
+def _encode(x, lift: bool, key: list, op_name: str | None = None):
+    """Append `x`'s shape-cache key to `key`; returns `x` as a node argument."""
+    t = type(x)
+    if t is LazyTensor:
+        value = x._lazy
+        key.append(value.sig)
+        return value
+    if t is float and lift:
+        key.append(float)
+        return x
+    if t is list or t is tuple:
+        key.append(t)
+        key.append(len(x))
+        return t([_encode(v, lift, key, op_name) for v in x])
+    if isinstance(x, torch.Tensor):
+        # A CPU tensor mixed into a lazy op (a 0-d scalar tensor, CPU indices) becomes a
+        # graph input; any other raises eager's same-device error.
+        device_rules.check_host_tensor(x, op_name)
+        key.append(_HOST)
+        key.append(signature(x.shape, x.dtype))
+        return constant(x)._lazy
+    key.append(t)
+    key.append(x)
+    if isinstance(x, torch.device):
+        # Graphs are device-neutral; the importer expects a real torch device.
+        return torch.device("cpu")
+    return x
+
+
+def _infer(func, args, kwargs):
+    """Run `func` on meta tensors: (output metas, output kind, per output
+    (meta, signature, shape, dtype))."""
+    meta_args = [_to_meta(a) for a in args]
+    meta_kwargs = {k: _to_meta(v) for k, v in kwargs.items()}
+    out = func(*meta_args, **meta_kwargs)
+    if isinstance(out, torch.Tensor):
+        outs, kind = [out], None
+    elif isinstance(out, (list, tuple)) and all(o is None or isinstance(o, torch.Tensor)
+                                                for o in out):
+        # None: an output nobody asked for (an output_mask entry is false, e.g. the
+        # bias gradient of a conv without bias); lowering asks for it anyway.
+        outs, kind = out, type(out)
+    else:
+        raise NotImplementedError(f"{func} returns {type(out).__name__}, not tensors")
+    for o in outs:
+        if o is not None:
+            device_rules.check_supported(o.dtype, o.layout, str(func))
+    metas = [None if o is None else meta_like(o.shape, o.dtype) for o in outs]
+    return metas, kind, tuple(None if m is None else
+                              (m, signature(m.shape, m.dtype), tuple(m.shape), m.dtype)
+                              for m in metas)
+
+
+def _view_for_copy(func):
+    """`view_copy`, `t_copy`, ... -> `view`, `t`, ...: torch-mlir lowers the view forms.
+
+    In a value-semantics graph a view and its copy variant compute the same
+    value, and torch-mlir's linalg path (like its FX importer's usual input,
+    torch.export graphs) handles the view ops, not all of the `*_copy` ones.
+    """
+    packet_name = func._schema.name.removeprefix("aten::")
+    if packet_name.endswith("_copy") and packet_name not in ("_to_copy", "copy"):
+        packet = getattr(aten, packet_name.removesuffix("_copy"), None)
+        if packet is not None and func._overloadname in packet.overloads():
+            return getattr(packet, func._overloadname)
+    return func
+
+
+def _to_meta(x):
+    t = type(x)
+    if t is LazyTensor:
+        return x._lazy.meta
+    if t is list or t is tuple:
+        return t(_to_meta(v) for v in x)
+    if isinstance(x, torch.Tensor):
+        return meta_like(x.shape, x.dtype)
+    if isinstance(x, torch.device) and device_rules.is_lazy_device(x):
+        return torch.device("meta")
+    return x
