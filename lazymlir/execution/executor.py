@@ -5,11 +5,11 @@
 hashes the graph, finds its plan in the graph cache (memory, then disk), or
 makes one: compile the whole graph in the compile worker; if that fails and
 eager fallback is allowed, probe the graph's ops one by one (verdicts are
-cached per op signature, in memory and next to the disk cache), and split the
-graph around the ops that do not lower: compiled segments run as their own
-(cached) graphs, the others run eagerly with PyTorch on CPU, counted. A plan
-is cached under the graph's hash either way, so a training step that needs a
-fallback is probed once, not every step.
+cached per op signature, in memory and next to the disk cache) and split the
+graph around the ops that do not lower (partition.py): compiled segments run
+as their own (cached) graphs, the others run eagerly with PyTorch on CPU,
+counted. A plan is cached under the graph's hash either way, so a training
+step that needs a fallback is probed once, not every step.
 
 Errors that reach the caller are lazymlir errors (CompileError,
 CompilerCrashError) or the eager op's own error; the tracing layer marks the
@@ -30,7 +30,7 @@ import torch
 from .. import session, targets
 from ..lowering import checks, fx_graph
 from ..support.errors import CompileError
-from . import diagnostics, disk_cache, fallback, graph_cache
+from . import diagnostics, disk_cache, fallback, graph_cache, partition
 from .compiler import CompileOptions, compile_graph, probe
 from .worker_pool import WorkerPool
 
@@ -99,9 +99,9 @@ def _plan(current, target, graph: dict, key: str):
     compiles = current.metrics.counter("UncachedCompile")
     plan = _make_plan(current, target, graph, key)
     note = None
-    if isinstance(plan, Partitioned):  # its compiled segments are logged as they compile
+    if isinstance(plan, partition.Partitioned):  # its segments are logged as they compile
         note = (f"does not lower as a whole: split around "
-                f"{sorted({_op_name(graph['nodes'][i]) for i in plan.eager})}")
+                f"{sorted({partition.op_name(graph['nodes'][i]) for i in plan.eager})}")
     diagnostics.on_compile(current, graph, key, target.name, _sync_location,
                            from_disk=current.metrics.counter("UncachedCompile") == compiles,
                            note=note)
@@ -342,108 +342,13 @@ def _verdict(current, target, graph: dict) -> str | None:
     return verdict
 
 
-# ------------------------------------------------------------- partitions
-
-def _op_name(node: dict) -> str:
-    return fx_graph.resolve_op(node["op"])._schema.name
-
-
-def _blamed(error: CompileError, node: dict) -> bool:
-    """Whether the compile error names this node's op (torch.aten.foo ~ aten.foo.overload)."""
-    if not error.op:
-        return False
-    return error.op.removeprefix("torch.").replace(".", "::", 1).split(".")[0] == _op_name(node)
-
-
-def _partition(current, target, graph: dict, error: CompileError):
-    nodes = graph["nodes"]
-    named = [_blamed(error, node) for node in nodes]
-    blamed = [i for i, hit in enumerate(named) if hit]
-    others = [i for i, hit in enumerate(named) if not hit]
-    reasons: dict[int, str] = {}
-    # The op the error names is probed first; if it alone fails, the rest are
-    # not probed (a later segment compile would partition again if needed).
-    for group in (blamed, others):
-        for i in group:
-            verdict = _verdict(current, target, single_node_graph(graph, i))
-            if verdict is not None:
-                reasons[i] = verdict
-        if reasons:
-            break
-    if not reasons:
-        raise error  # no single op is to blame: the graph as a whole does not lower
-    log.info("graph falls back for ops %s", sorted({_op_name(nodes[i]) for i in reasons}))
-    return Partitioned(graph, reasons)
-
-
-def _refs(value):
-    if isinstance(value, dict) and "ref" in value:
-        yield tuple(value["ref"])
-    elif isinstance(value, list):
-        for item in value:
-            yield from _refs(item)
-
-
-def _node_refs(node: dict):
-    for value in (*node["args"], *node["kwargs"].values()):
-        yield from _refs(value)
-
-
-def _remap(value, mapping: dict):
-    if isinstance(value, dict) and "ref" in value:
-        return {"ref": list(mapping[tuple(value["ref"])])}
-    if isinstance(value, list):
-        return [_remap(item, mapping) for item in value]
-    return value
-
-
-def _ref_desc(graph: dict, ref: tuple) -> dict:
-    kind, index, out = ref
-    if kind == "input":
-        return graph["inputs"][index]
-    if kind == "scalar":
-        return graph["scalars"][index]
-    return graph["nodes"][index]["outputs"][out]
-
-
-def subgraph(graph: dict, indices: list[int], outputs: list[tuple]) -> tuple[dict, list[tuple]]:
-    """The graph of nodes `indices` computing `outputs`, and the outer refs it reads
-    (in its input order: tensors first, then scalars)."""
-    inside = set(indices)
-    mapping: dict[tuple, tuple] = {}
-    tensor_refs: list[tuple] = []
-    scalar_refs: list[tuple] = []
-    for position, i in enumerate(indices):
-        for ref in _node_refs(graph["nodes"][i]):
-            if ref in mapping or (ref[0] == "node" and ref[1] in inside):
-                continue
-            if ref[0] == "scalar":
-                mapping[ref] = ("scalar", len(scalar_refs), 0)
-                scalar_refs.append(ref)
-            else:
-                mapping[ref] = ("input", len(tensor_refs), 0)
-                tensor_refs.append(ref)
-        for out in range(len(graph["nodes"][i]["outputs"])):
-            mapping[("node", i, out)] = ("node", position, out)
-    nodes = [{**graph["nodes"][i],
-              "args": [_remap(a, mapping) for a in graph["nodes"][i]["args"]],
-              "kwargs": {k: _remap(v, mapping) for k, v in graph["nodes"][i]["kwargs"].items()}}
-             for i in indices]
-    sub = {
-        "format": graph["format"], "version": graph["version"],
-        "inputs": [_ref_desc(graph, r) for r in tensor_refs],
-        "scalars": [_ref_desc(graph, r) for r in scalar_refs],
-        "nodes": nodes,
-        "outputs": [{"ref": list(mapping[r])} for r in outputs],
-    }
-    return sub, tensor_refs + scalar_refs
-
-
-def single_node_graph(graph: dict, index: int) -> dict:
-    """Node `index` alone, on fresh inputs: what a probe compiles."""
-    outputs = [("node", index, k) for k, desc in enumerate(graph["nodes"][index]["outputs"])
-               if desc is not None]
-    return subgraph(graph, [index], outputs)[0]
+def _partition(current, target, graph: dict, error: CompileError) -> partition.Partitioned:
+    """The plan of a graph that does not lower as a whole (partition.py)."""
+    reasons = partition.unlowerable_ops(graph, error,
+                                        lambda one_op: _verdict(current, target, one_op))
+    log.info("graph falls back for ops %s",
+             sorted({partition.op_name(graph["nodes"][i]) for i in reasons}))
+    return partition.Partitioned(graph, reasons, execute)
 
 
 # ------------------------------------------------------------- plans
@@ -484,85 +389,11 @@ class EagerReference:
         env: dict[tuple, object] = {("input", i, 0): data for i, data in enumerate(inputs)}
         env.update({("scalar", i, 0): value for i, value in enumerate(scalars)})
         for index in range(len(self.graph["nodes"])):
-            run_node_eagerly(self.graph, target, index, env)
+            partition.run_node_eagerly(self.graph, target, index, env)
         # Eager did not fail (a check is stricter than eager): its results are right.
         log.warning("a compiled check failed but eager PyTorch raised no error; "
                     "using eager's results")
         return [env[tuple(o["ref"])] for o in self.graph["outputs"]]
-
-
-class Partitioned:
-    """Compiled segments between ops that run eagerly (on CPU, counted)."""
-
-    def __init__(self, graph: dict, eager: dict[int, str]):
-        self.graph = graph
-        self.eager = eager  # node index -> why it does not lower
-        nodes = graph["nodes"]
-        needed_later: dict[tuple, int] = {}  # ref -> last node index reading it
-        for i, node in enumerate(nodes):
-            for ref in _node_refs(node):
-                needed_later[ref] = i
-        graph_outputs = {tuple(o["ref"]) for o in graph["outputs"]}
-        self.steps: list = []
-        segment: list[int] = []
-
-        def close_segment(next_index: int) -> None:
-            if not segment:
-                return
-            outs = [("node", i, k) for i in segment for k in range(len(nodes[i]["outputs"]))
-                    if ("node", i, k) in graph_outputs
-                    or needed_later.get(("node", i, k), -1) >= next_index]
-            sub, reads = subgraph(graph, list(segment), outs)
-            self.steps.append(("compiled", sub, reads, outs))
-            segment.clear()
-
-        for i in range(len(nodes)):
-            if i in eager:
-                close_segment(i)
-                self.steps.append(("eager", i))
-            else:
-                segment.append(i)
-        close_segment(len(nodes))
-
-    def run(self, target, inputs: list, scalars: list[float]) -> list:
-        env: dict[tuple, object] = {("input", i, 0): data for i, data in enumerate(inputs)}
-        env.update({("scalar", i, 0): value for i, value in enumerate(scalars)})
-        for step in self.steps:
-            if step[0] == "compiled":
-                _, sub, reads, outs = step
-                results = execute(sub, [env[r] for r in reads if r[0] != "scalar"],
-                                  [env[r] for r in reads if r[0] == "scalar"])
-                env.update(zip(outs, results))
-            else:
-                fallback.count(_op_name(self.graph["nodes"][step[1]]), self.eager[step[1]])
-                run_node_eagerly(self.graph, target, step[1], env)
-        return [env[tuple(o["ref"])] for o in self.graph["outputs"]]
-
-
-def run_node_eagerly(graph: dict, target, index: int, env: dict) -> None:
-    """Run node `index` of `graph` with PyTorch on CPU, reading and writing target
-    buffers in `env` (ref -> buffer, or the value of a scalar input)."""
-    node = graph["nodes"][index]
-    op = fx_graph.resolve_op(node["op"])
-
-    def decode(value):
-        if isinstance(value, dict) and "ref" in value:
-            ref = tuple(value["ref"])
-            if ref[0] == "scalar":
-                return env[ref]
-            desc = _ref_desc(graph, ref)
-            meta = torch.empty(desc["shape"], dtype=fx_graph.dtype_from_name(desc["dtype"]),
-                               device="meta")
-            return fallback.kernel_input(target.download(env[ref], meta))
-        if isinstance(value, list):
-            return [decode(v) for v in value]
-        return fx_graph.decode_scalar(value)
-
-    out = op(*[decode(a) for a in node["args"]],
-             **{k: decode(v) for k, v in node["kwargs"].items()})
-    for k, tensor in enumerate(out if isinstance(out, (list, tuple)) else [out]):
-        if isinstance(tensor, torch.Tensor):  # None: an output nobody asked for
-            env[("node", index, k)] = target.upload(tensor.contiguous())
 
 
 # ------------------------------------------------------------- dumps

@@ -7,7 +7,7 @@ with PyTorch), when
   output shape from;
 - it is a random op (the CPU generator keeps torch.manual_seed reproducible).
 Ops that record fine but do not *lower* are handled at the sync point
-instead (execution/executor.py: the graph is split around them), so tracing
+instead (execution/partition.py: the graph is split around them), so tracing
 never waits for the compiler. Every eager run is counted as `aten::<op>` and
 warned about once (execution/fallback.py).
 """

@@ -22,7 +22,7 @@ from conftest import DEVICE
 
 import lazymlir
 from lazymlir import session
-from lazymlir.execution import disk_cache, executor
+from lazymlir.execution import disk_cache, executor, partition
 from lazymlir.execution import worker as worker_module
 from lazymlir.lowering import errors as lowering_errors
 from lazymlir.support import settings as settings_module
@@ -411,7 +411,7 @@ def test_probe_verdicts_persist_but_crashes_do_not(fresh_disk_session, monkeypat
     x = torch.ones(3).to(DEVICE)
     inner = [torch._from_functional_tensor(t)._lazy for t in (x.sin(), x.cos())]
     graph = build_graph(inner)[0]
-    sin, cos = (executor.single_node_graph(graph, i) for i in range(2))
+    sin, cos = (partition.single_node_graph(graph, i) for i in range(2))
     probes = []
 
     def fake_probe(current, kind, payload):

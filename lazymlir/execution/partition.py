@@ -1,0 +1,209 @@
+"""Graph partitioning: a graph that does not lower as a whole, split around the ops
+that do not lower.
+
+When a graph fails to compile and eager fallback is allowed, the executor asks
+`unlowerable_ops` which of its ops do not lower: each op is probed alone (a
+one-op graph, `single_node_graph`), the op the compile error names first. A
+`Partitioned` plan then runs the graph as compiled segments (each a graph of its
+own, `subgraph`, run through the executor so it is hashed, cached and compiled
+like any other) between those ops, which run eagerly with PyTorch on CPU,
+counted (`run_node_eagerly`).
+
+Graphs here are the fx-stage JSON of lowering.fx_graph: a value is a ref
+("input" | "scalar" | "node", index, output).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from ..lowering import fx_graph
+from ..support.errors import CompileError
+from . import fallback
+
+
+def op_name(node: dict) -> str:
+    """The ATen schema name of a graph node's op (`aten::sin`)."""
+    return fx_graph.resolve_op(node["op"])._schema.name
+
+
+def _blamed(error: CompileError, node: dict) -> bool:
+    """Whether the compile error names this node's op (torch.aten.foo ~ aten.foo.overload)."""
+    if not error.op:
+        return False
+    return error.op.removeprefix("torch.").replace(".", "::", 1).split(".")[0] == op_name(node)
+
+
+def _refs(value):
+    if isinstance(value, dict) and "ref" in value:
+        yield tuple(value["ref"])
+    elif isinstance(value, list):
+        for item in value:
+            yield from _refs(item)
+
+
+def _node_refs(node: dict):
+    for value in (*node["args"], *node["kwargs"].values()):
+        yield from _refs(value)
+
+
+def _remap(value, mapping: dict):
+    if isinstance(value, dict) and "ref" in value:
+        return {"ref": list(mapping[tuple(value["ref"])])}
+    if isinstance(value, list):
+        return [_remap(item, mapping) for item in value]
+    return value
+
+
+def _ref_desc(graph: dict, ref: tuple) -> dict:
+    """The description (shape and dtype, or scalar type) of the value `ref` names."""
+    kind, index, out = ref
+    if kind == "input":
+        return graph["inputs"][index]
+    if kind == "scalar":
+        return graph["scalars"][index]
+    return graph["nodes"][index]["outputs"][out]
+
+
+def subgraph(graph: dict, indices: list[int], outputs: list[tuple]) -> tuple[dict, list[tuple]]:
+    """The graph of nodes `indices` computing `outputs`, and the outer refs it reads
+    (in its input order: tensors first, then scalars)."""
+    inside = set(indices)
+    mapping: dict[tuple, tuple] = {}
+    tensor_refs: list[tuple] = []
+    scalar_refs: list[tuple] = []
+    for position, i in enumerate(indices):
+        for ref in _node_refs(graph["nodes"][i]):
+            if ref in mapping or (ref[0] == "node" and ref[1] in inside):
+                continue
+            if ref[0] == "scalar":
+                mapping[ref] = ("scalar", len(scalar_refs), 0)
+                scalar_refs.append(ref)
+            else:
+                mapping[ref] = ("input", len(tensor_refs), 0)
+                tensor_refs.append(ref)
+        for out in range(len(graph["nodes"][i]["outputs"])):
+            mapping[("node", i, out)] = ("node", position, out)
+    nodes = [{**graph["nodes"][i],
+              "args": [_remap(a, mapping) for a in graph["nodes"][i]["args"]],
+              "kwargs": {k: _remap(v, mapping) for k, v in graph["nodes"][i]["kwargs"].items()}}
+             for i in indices]
+    sub = {
+        "format": graph["format"], "version": graph["version"],
+        "inputs": [_ref_desc(graph, r) for r in tensor_refs],
+        "scalars": [_ref_desc(graph, r) for r in scalar_refs],
+        "nodes": nodes,
+        "outputs": [{"ref": list(mapping[r])} for r in outputs],
+    }
+    return sub, tensor_refs + scalar_refs
+
+
+def single_node_graph(graph: dict, index: int) -> dict:
+    """Node `index` alone, on fresh inputs: what a probe compiles."""
+    outputs = [("node", index, k) for k, desc in enumerate(graph["nodes"][index]["outputs"])
+               if desc is not None]
+    return subgraph(graph, [index], outputs)[0]
+
+
+def unlowerable_ops(graph: dict, error: CompileError,
+                    verdict: Callable[[dict], str | None]) -> dict[int, str]:
+    """The ops of `graph` that do not lower (node index -> why), given the error its
+    compile raised and `verdict(one_op_graph)`: why that op alone does not lower, or
+    None. Raises `error` when no single op is to blame."""
+    nodes = graph["nodes"]
+    named = [_blamed(error, node) for node in nodes]
+    blamed = [i for i, hit in enumerate(named) if hit]
+    others = [i for i, hit in enumerate(named) if not hit]
+    reasons: dict[int, str] = {}
+    # The op the error names is probed first; if it alone fails, the rest are
+    # not probed (a later segment compile would partition again if needed).
+    for group in (blamed, others):
+        for i in group:
+            why = verdict(single_node_graph(graph, i))
+            if why is not None:
+                reasons[i] = why
+        if reasons:
+            break
+    if not reasons:
+        raise error  # no single op is to blame: the graph as a whole does not lower
+    return reasons
+
+
+class Partitioned:
+    """Compiled segments between ops that run eagerly (on CPU, counted).
+
+    `run_segment(graph, inputs, scalars)` runs a compiled segment (the executor's
+    `execute`, so each segment is cached and compiled as a graph of its own)."""
+
+    def __init__(self, graph: dict, eager: dict[int, str], run_segment: Callable):
+        self.graph = graph
+        self.run_segment = run_segment
+        self.eager = eager  # node index -> why it does not lower
+        nodes = graph["nodes"]
+        needed_later: dict[tuple, int] = {}  # ref -> last node index reading it
+        for i, node in enumerate(nodes):
+            for ref in _node_refs(node):
+                needed_later[ref] = i
+        graph_outputs = {tuple(o["ref"]) for o in graph["outputs"]}
+        self.steps: list = []
+        segment: list[int] = []
+
+        def close_segment(next_index: int) -> None:
+            if not segment:
+                return
+            outs = [("node", i, k) for i in segment for k in range(len(nodes[i]["outputs"]))
+                    if ("node", i, k) in graph_outputs
+                    or needed_later.get(("node", i, k), -1) >= next_index]
+            sub, reads = subgraph(graph, list(segment), outs)
+            self.steps.append(("compiled", sub, reads, outs))
+            segment.clear()
+
+        for i in range(len(nodes)):
+            if i in eager:
+                close_segment(i)
+                self.steps.append(("eager", i))
+            else:
+                segment.append(i)
+        close_segment(len(nodes))
+
+    def run(self, target, inputs: list, scalars: list[float]) -> list:
+        env: dict[tuple, object] = {("input", i, 0): data for i, data in enumerate(inputs)}
+        env.update({("scalar", i, 0): value for i, value in enumerate(scalars)})
+        for step in self.steps:
+            if step[0] == "compiled":
+                _, sub, reads, outs = step
+                results = self.run_segment(sub, [env[r] for r in reads if r[0] != "scalar"],
+                                           [env[r] for r in reads if r[0] == "scalar"])
+                env.update(zip(outs, results))
+            else:
+                fallback.count(op_name(self.graph["nodes"][step[1]]), self.eager[step[1]])
+                run_node_eagerly(self.graph, target, step[1], env)
+        return [env[tuple(o["ref"])] for o in self.graph["outputs"]]
+
+
+def run_node_eagerly(graph: dict, target, index: int, env: dict) -> None:
+    """Run node `index` of `graph` with PyTorch on CPU, reading and writing target
+    buffers in `env` (ref -> buffer, or the value of a scalar input)."""
+    node = graph["nodes"][index]
+    op = fx_graph.resolve_op(node["op"])
+
+    def decode(value):
+        if isinstance(value, dict) and "ref" in value:
+            ref = tuple(value["ref"])
+            if ref[0] == "scalar":
+                return env[ref]
+            desc = _ref_desc(graph, ref)
+            meta = torch.empty(desc["shape"], dtype=fx_graph.dtype_from_name(desc["dtype"]),
+                               device="meta")
+            return fallback.kernel_input(target.download(env[ref], meta))
+        if isinstance(value, list):
+            return [decode(v) for v in value]
+        return fx_graph.decode_scalar(value)
+
+    out = op(*[decode(a) for a in node["args"]],
+             **{k: decode(v) for k, v in node["kwargs"].items()})
+    for k, tensor in enumerate(out if isinstance(out, (list, tuple)) else [out]):
+        if isinstance(tensor, torch.Tensor):  # None: an output nobody asked for
+            env[("node", index, k)] = target.upload(tensor.contiguous())
