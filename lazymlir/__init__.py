@@ -39,6 +39,7 @@ from .support.errors import (  # noqa: E402
     CompilerCrashError,
     ExecutionError,
     LazyMlirError,
+    UnsupportedOperationError,
 )
 from .tracing.materialize import mark_step  # noqa: E402
 
@@ -70,4 +71,5 @@ _configure_logging()
 
 __all__ = ["mark_step", "debug", "to_dlpack", "from_dlpack", "metrics", "config", "session",
            "dump_to", "wait_for_compiles", "target", "__version__",
-           "LazyMlirError", "CompileError", "CompilerCrashError", "ExecutionError"]
+           "LazyMlirError", "CompileError", "CompilerCrashError", "ExecutionError",
+           "UnsupportedOperationError"]

@@ -41,7 +41,8 @@ class ExecutionError(LazyMlirError):
 
 
 class UnsupportedOperationError(LazyMlirError):
-    """An operation lazy_mlir tensors cannot support (e.g. resize_, set_)."""
+    """An operation lazy_mlir tensors cannot support (resize_, set_: a lazy value has
+    no storage to resize or rebind)."""
 
 
 def _rebuild(cls, message, state):

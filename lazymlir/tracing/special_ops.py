@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from ..support.errors import UnsupportedOperationError
 from . import decompose, device_rules, rnn
 from .host_data import constant
 from .materialize import to_cpu
@@ -139,7 +140,7 @@ def _layer_norm(input, normalized_shape, weight, bias, eps):
 
 def _unsupported_mutation(name):
     def fail(*args, **kwargs):
-        raise RuntimeError(
+        raise UnsupportedOperationError(
             f"aten::{name} is not supported on lazy_mlir tensors: lazy values have no "
             f"storage to resize or rebind. Move the tensor to CPU (.cpu()) for this.")
     return fail
