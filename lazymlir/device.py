@@ -235,8 +235,8 @@ def _install_serialization() -> None:
     torch.load gives a lazy_mlir tensor back (or `map_location`'s device).
 
     PyTorch pickles tensors of storage-less PrivateUse1 devices through a CPU copy,
-    but a FunctionalTensorWrapper reports a storage, so it took the storage path
-    and failed with "invalid python storage"."""
+    but a FunctionalTensorWrapper reports a storage, so without this it takes the
+    storage path and fails with "invalid python storage"."""
     original = torch.Tensor._reduce_ex_internal
     if getattr(original, "_lazymlir", False):
         return
@@ -286,7 +286,7 @@ def register() -> None:
 
     if torch._C._get_privateuse1_backend_name() != NAME:
         # The C++ guard first: PyTorch's Python one (_Guard, registered below only if
-        # the C++ one did not build) can abort the process on an error inside backward.
+        # the C++ one fails to build) can abort the process on an error inside backward.
         device_guard.install()
         _setup_privateuseone_for_python_backend(NAME, _DeviceModule(), _Hooks(), _Guard())
     _library = torch.library.Library("aten", "IMPL")

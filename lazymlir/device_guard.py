@@ -10,9 +10,9 @@ destructor calls the guard's `exchangeStream`, which calls into Python, fails,
 and being `noexcept` ends the process (`std::terminate`: "terminate called
 without an active exception", seen with CTC loss's backward; gdb shows
 `PythonDeviceGuard::exchangeStream` under the stream guard's destructor in
-`Engine::evaluate_function`). tracing/failures.py, which turns errors inside
-backward into failed values where the op has a meta kernel, records the
-`SystemError` such errors gave before.
+`Engine::evaluate_function`). tracing/failures.py turns errors inside backward
+into failed values where the op has a meta kernel; under PyTorch's guard the
+others end the process or surface as a `SystemError`.
 
 This guard answers what PyTorch's does (one device, index 0, the default
 stream, no events) without calling Python, so the error reaches the user as

@@ -198,8 +198,8 @@ def _compile_real(gm: torch.fx.GraphModule, example_inputs, eager_while_compilin
             # Only the first run may go without its compile: the compile is niced
             # (executor.BACKGROUND_NICENESS), and a program that kept running eagerly
             # would keep it from the cores for good (PyTorch's idle OpenMP threads spin:
-            # a GPT training loop on 2 cores ran 1815 eager steps in 2 minutes and its
-            # compiles had not ended; at normal priority they ended by step 19). Waiting
+            # on 2 cores a GPT training loop runs 1815 eager steps in 2 minutes with its
+            # compiles still unfinished; at normal priority they end by step 19). Waiting
             # at the second run gives the compile every core for what is left of it.
             first_run = False
             if eager_first_run and executor.compile_pending(key):
@@ -295,9 +295,9 @@ def _decompositions():
 
     # torch-mlir's whole table. Not the lazy device's (which keeps native_layer_norm,
     # addmm, softmax... whole): with it a 4096x1024 layer_norm through torch.compile
-    # took 1.6 ms instead of 6.1 (one thread: var_mean is computed in float64, as
-    # eager's var), but the GPT training step went from 0.92x to 1.06x eager
-    # (docs/cpu-performance.md, "Cold compile, fifth session").
+    # takes 1.6 ms instead of 6.1 (one thread: var_mean is computed in float64, as
+    # eager's var), but the GPT training step goes from 0.92x to 1.06x eager
+    # (docs/cpu-performance.md).
     table = dict(get_decomposition_table())
     table.update(decompositions.TABLE)
     # Dynamo itself rewrites `addcmul_(..., value=)` (every Adam/AdamW/RMSprop step) into
@@ -320,10 +320,10 @@ def _static_backend(gm: torch.fx.GraphModule, example_inputs, eager_while_compil
             torch._functorch.config.patch(force_non_lazy_backward_lowering=True):
         compile_graph = functools.partial(_compile, eager_while_compiling=eager_while_compiling)
         # The min-cut partitioner (inductor's) recomputes cheap ops in the backward
-        # instead of saving them: the forward no longer writes out each Linear's W.t()
-        # for the backward to transpose back. The three graphs of an MLP step ran in
-        # 0.92-0.96 of the time, a GPT step's in 0.98 (/tmp/prof/ab_total.py, A/B in
-        # one process, seventh session).
+        # instead of saving them: the forward does not write out each Linear's W.t()
+        # for the backward to transpose back. Measured A/B in one process against the
+        # default partitioner, the three graphs of an MLP step run in 0.92-0.96 of the
+        # time, a GPT step's in 0.98.
         return aot_autograd(fw_compiler=compile_graph, bw_compiler=compile_graph,
                             partition_fn=min_cut_rematerialization_partition,
                             # An inference graph's input mutations (an optimizer step's

@@ -1,4 +1,4 @@
-"""Why did it compile? Recompile and fallback diagnostics (issue 11, part 6).
+"""Why did it compile? Recompile and fallback diagnostics.
 
 With `LAZYMLIR_DEBUG=1` or `lazymlir.debug()`, every compile logs (logger
 `lazymlir.debug`, to stderr) its cause, the graph hash, node/input/scalar/

@@ -242,10 +242,9 @@ def _options(current, target, key: str | None) -> CompileOptions:
 
 # The nice value added to background compile workers (the most: 19). They then
 # compile on the cores the program leaves idle: on 2 cores, a GPT step's first call
-# with eager_while_compiling took 8.8 s with them, 16.9 s with workers as busy as
-# Dynamo's own tracing of the optimizer step (docs/cpu-performance.md, "Eleventh
-# session"). A program never waiting would starve them: dynamo.py's graphs wait
-# from their second run.
+# with eager_while_compiling takes 8.8 s with them, 16.9 s with workers as busy as
+# Dynamo's own tracing of the optimizer step (docs/cpu-performance.md). A program
+# never waiting would starve them: dynamo.py's graphs wait from their second run.
 BACKGROUND_NICENESS = 19
 
 

@@ -179,8 +179,8 @@ class CompileWorker:
         env[NICENESS_VARIABLE] = str(self.niceness)
         with os.fdopen(fd, "wb") as log_file:
             # Unbuffered replies: the deadline wait selects on the pipe, which cannot see
-            # messages already read ahead into a buffer (a reply stuck there hung the
-            # client until the timeout while the worker waited for the next request).
+            # messages already read ahead into a buffer (a reply stuck there would hang
+            # the client until the timeout while the worker waits for the next request).
             self._process = None
             if self.fork and self.module == CompileWorker.module:
                 try:

@@ -65,10 +65,10 @@ def _warm_up() -> None:
     arrives: the worker is started early (executor.prestart_worker), so this
     overlaps with the user's tracing instead of delaying the first compile.
 
-    Why the tiny graph: a forked worker's first compile spent ~0.25 s more in the
-    `torch` stage and ~0.13 s more in `linalg` than its later ones (the MLP step's
-    forward graph: 286 and 141 ms, against 36 and 15 ms for the next graph) on
-    one-time work: torch-mlir's first import of a graph, pass registration.
+    Why the tiny graph: without it a forked worker's first compile spends ~0.25 s
+    more in the `torch` stage and ~0.13 s more in `linalg` than its later ones (the
+    MLP step's forward graph: 286 and 141 ms, against 36 and 15 ms for the next
+    graph) on one-time work: torch-mlir's first import of a graph, pass registration.
     A failure here is only logged: the first request then pays that work itself."""
     import mlir.ir  # noqa: F401
     import mlir.passmanager  # noqa: F401

@@ -2,11 +2,11 @@
 
 Why one pool: PyTorch's CPU kernels run on GNU OpenMP (libgomp, shipped in the
 torch wheel), whose idle workers spin for a while after each parallel region.
-Compiled graphs used to run their parallel loops on a second pool (MLIR's async
-runtime). On a machine with as many cores as threads, the two pools took the
-cores from each other: a torch.compile(backend="lazymlir") GPT step spent 31% of
-its perf samples in libgomp's spin loop, and its step took 127 ms against 68 ms
-with GOMP_SPINCOUNT=0 (docs/cpu-performance.md). On one pool, a compiled loop
+A second pool for compiled loops (MLIR's async runtime) would take the cores
+from PyTorch's on a machine with as many cores as threads: with two pools, a
+torch.compile(backend="lazymlir") GPT step spends 31% of its perf samples in
+libgomp's spin loop, and takes 127 ms against 68 ms with GOMP_SPINCOUNT=0
+(docs/cpu-performance.md). On one pool, a compiled loop
 wakes the very threads an eager op just used, while they still spin: a dispatch
 costs microseconds, so smaller loops pay for threads too.
 

@@ -1,9 +1,9 @@
-"""PyTorch's device rules for lazy_mlir tensors (issue 11, part 4).
+"""PyTorch's device rules for lazy_mlir tensors.
 
 - One op may not mix a lazy_mlir tensor with a CPU tensor of one or more
   dims: eager raises "Expected all tensors to be on the same device" for a
-  CUDA and a CPU tensor, and so do we (the CPU tensor used to be uploaded
-  silently). 0-d CPU tensors mix as in eager (they are scalars), and the
+  CUDA and a CPU tensor, and so do we, rather than upload the CPU tensor
+  silently on every call. 0-d CPU tensors mix as in eager (they are scalars), and the
   indexing ops that eager CUDA lets take CPU indices (`x[cpu_idx]`,
   `x[cpu_idx] = v`) still take them.
 - Layouts other than strided (sparse, mkldnn...) and dtypes the compiler has no

@@ -2,10 +2,10 @@
 
 PyTorch runs backward for a non-CPU device on a worker thread of the
 autograd engine. With PyTorch's Python-backend device guard, an exception raised
-by `__torch_dispatch__` there did not survive the trip back to the caller
+by `__torch_dispatch__` there does not survive the trip back to the caller
 (`SystemError: run_backward ... returned NULL without setting an exception`, or
-an abort); with device_guard.py's C++ guard the aborts are gone (CTC loss's
-backward), but the policy stays: inside backward the tracer does not raise where
+an abort); device_guard.py's C++ guard prevents the aborts (CTC loss's
+backward), and the policy holds under either guard: inside backward the tracer does not raise where
 it can make the op's outputs (a meta kernel names them). They become values that
 carry the error (LazyValue.failed), backward completes, and the first read of a
 gradient (`.cpu()`, `.item()`, `mark_step()`, an optimizer step that syncs)
