@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from .. import session, targets
+from .. import lowering, session, targets
 from ..lowering import checks, fx_graph
 from ..support.errors import CompileError
 from . import diagnostics, disk_cache, fallback, graph_cache, partition
@@ -415,10 +415,11 @@ class dump_to:
 def _sync_location() -> str:
     """The user's frame that triggered this compile (outside lazymlir and torch)."""
     package = str(Path(__file__).resolve().parent.parent)
-    lowering = str(Path(fx_graph.__file__).resolve().parent)
+    # The lowering package as a whole: its modules sit in subpackages.
+    lowering_root = str(Path(lowering.__file__).resolve().parent)
     torch_root = str(Path(torch.__file__).resolve().parent)
     for frame in reversed(traceback.extract_stack()):
         path = str(Path(frame.filename).resolve())
-        if not path.startswith((package, lowering, torch_root)):
+        if not path.startswith((package, lowering_root, torch_root)):
             return f"{frame.filename}:{frame.lineno} in {frame.name}"
     return "<unknown>"
