@@ -17,29 +17,17 @@ from __future__ import annotations
 
 import torch
 
-from .values import LazyTensor, LazyValue, meta_like
+from .values import LazyTensor, LazyValue, meta_like, to_meta
 
 
 def in_backward() -> bool:
     return torch._C._current_graph_task_id() != -1
 
 
-def _to_meta(x):
-    if isinstance(x, LazyTensor):
-        return x._lazy.meta
-    if isinstance(x, (list, tuple)):
-        return type(x)(_to_meta(v) for v in x)
-    if isinstance(x, torch.Tensor):
-        return meta_like(x.shape, x.dtype)
-    if isinstance(x, torch.device) and x.type == "lazy_mlir":
-        return torch.device("meta")
-    return x
-
-
 def failed_outputs(func, args, kwargs, error: BaseException):
     """`func`'s outputs as failed lazy values; raises `error` if they cannot be made."""
     try:
-        out = func(*_to_meta(tuple(args)), **{k: _to_meta(v) for k, v in kwargs.items()})
+        out = func(*to_meta(tuple(args)), **{k: to_meta(v) for k, v in kwargs.items()})
     except Exception:  # noqa: BLE001  no meta kernel either: nothing to stand in for
         raise error from None
 

@@ -20,7 +20,16 @@ import torch
 from . import device_rules, fallback
 from .graph import SCALAR_INPUT_OPS
 from .host_data import constant
-from .values import TORCH_DEVICE, LazyTensor, LazyValue, Node, meta_like, signature, track
+from .values import (
+    TORCH_DEVICE,
+    LazyTensor,
+    LazyValue,
+    Node,
+    meta_like,
+    signature,
+    to_meta,
+    track,
+)
 
 aten = torch.ops.aten
 _SHAPE_CACHE_LIMIT = 1 << 16
@@ -198,8 +207,8 @@ def _encode(x, lift: bool, key: list, op_name: str | None = None):
 def _infer(func, args, kwargs):
     """Run `func` on meta tensors: (output metas, output kind, per output
     (meta, signature, shape, dtype))."""
-    meta_args = [_to_meta(a) for a in args]
-    meta_kwargs = {k: _to_meta(v) for k, v in kwargs.items()}
+    meta_args = [to_meta(a) for a in args]
+    meta_kwargs = {k: to_meta(v) for k, v in kwargs.items()}
     out = func(*meta_args, **meta_kwargs)
     if isinstance(out, torch.Tensor):
         outs, kind = [out], None
@@ -232,16 +241,3 @@ def _view_for_copy(func):
         if packet is not None and func._overloadname in packet.overloads():
             return getattr(packet, func._overloadname)
     return func
-
-
-def _to_meta(x):
-    t = type(x)
-    if t is LazyTensor:
-        return x._lazy.meta
-    if t is list or t is tuple:
-        return t(_to_meta(v) for v in x)
-    if isinstance(x, torch.Tensor):
-        return meta_like(x.shape, x.dtype)
-    if isinstance(x, torch.device) and device_rules.is_lazy_device(x):
-        return torch.device("meta")
-    return x

@@ -130,6 +130,21 @@ def meta_like(shape, dtype) -> torch.Tensor:
     return torch.empty(tuple(shape), dtype=dtype, device="meta")
 
 
+def to_meta(x):
+    """An op argument as PyTorch's meta kernels take it: tensors (lazy or host) as meta
+    tensors, the lazy device as the meta device, lists and tuples item by item."""
+    t = type(x)
+    if t is LazyTensor:
+        return x._lazy.meta
+    if t is list or t is tuple:
+        return t(to_meta(v) for v in x)
+    if isinstance(x, torch.Tensor):
+        return meta_like(x.shape, x.dtype)
+    if isinstance(x, torch.device) and x.type == "lazy_mlir":
+        return torch.device("meta")
+    return x
+
+
 # ------------------------------------------------------------ live tensors
 # The inner tensors made in the current session, held weakly: mark_step
 # materializes the pending ones. A list of callback-free weak references costs
