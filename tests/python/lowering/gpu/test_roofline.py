@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from mlir import ir
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import roofline  # noqa: E402

@@ -40,7 +40,7 @@ from test_cuda_emulator import (  # noqa: E402
 from lazymlir.lowering import fx_graph, gpu_pipeline, gpu_stages, stages  # noqa: E402
 from lazymlir.targets import cuda_driver  # noqa: E402
 
-HERE = Path(__file__).resolve().parent
+TESTS_DIR = Path(__file__).resolve().parents[2]  # conftest.py, imported by the child
 CASES = tensor_core_cases.CASES
 ULP = {torch.float16: 2.0 ** -10, torch.bfloat16: 2.0 ** -7, torch.float32: 1e-5}
 
@@ -170,7 +170,7 @@ def test_on_device_with_emulator_driver(tmp_path):
     _runtime_or_skip()
     env = dict(os.environ, LAZYMLIR_TARGET="cuda", LAZYMLIR_CUDA_DRIVER="emulator",
                LAZYMLIR_CACHE_DIR="off", LAZYMLIR_DUMP_DIR=str(tmp_path / "dump"))
-    done = subprocess.run([sys.executable, "-c", DEVICE_SCRIPT, str(HERE)], env=env,
+    done = subprocess.run([sys.executable, "-c", DEVICE_SCRIPT, str(TESTS_DIR)], env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 and "device ok" in done.stdout, done.stderr[-4000:]
 

@@ -1,4 +1,5 @@
-"""Graphs for tests/python/test_gpu_kernels.py: the shapes each redesigned kernel takes.
+"""Graphs for tests/python/lowering/gpu/test_gpu_kernels.py: the shapes each redesigned
+kernel takes.
 
 Same protocol as emulator_cases.py: `trace_all(root)` runs every case on the
 `lazy_mlir` device (cpu target) inside `lazymlir.dump_to(root/name)` in a child

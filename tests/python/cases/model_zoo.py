@@ -17,7 +17,7 @@ from torch import nn
 import lazymlir
 
 # The GPT is shared with the benchmarks (benchmarks/models.py, at the repository root).
-sys.path.append(str(Path(__file__).resolve().parents[2]))
+sys.path.append(str(Path(__file__).resolve().parents[3]))
 from benchmarks.models import GPT, GPTConfig, gpt_batch  # noqa: E402
 
 

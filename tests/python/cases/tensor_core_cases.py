@@ -1,4 +1,4 @@
-"""Graphs of the tensor-core matmul tests (tests/python/test_tensor_core_matmul.py).
+"""Graphs of the tensor-core matmul tests (tests/python/lowering/gpu/test_tensor_core_matmul.py).
 
 Same protocol as emulator_cases.py: `trace_all(root, CASES)` traces each case on the
 `lazy_mlir` device (cpu target, child process) and dumps its fx graphs. Each case:

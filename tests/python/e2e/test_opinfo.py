@@ -24,7 +24,7 @@ import os
 import opinfo_sweep
 import pytest
 
-REGENERATE = "PYTHONPATH=. python tests/python/opinfo_sweep.py --write"
+REGENERATE = "PYTHONPATH=. python tests/python/cases/opinfo_sweep.py --write"
 CI_MIN_LOWERED = 520  # issue 8: the OpInfo suite in CI lowers at least this many entries
 
 
@@ -34,7 +34,7 @@ def _check(results, ops=None):
     diff = opinfo_sweep.differences(results, ops)
     assert not diff, (
         f"OpInfo entries {dict(counts)}; the sweep differs from"
-        " tests/python/opinfo_expectations.py:\n" + "\n".join(diff)
+        " tests/python/cases/opinfo_expectations.py:\n" + "\n".join(diff)
         + "\nFix a WRONG or REGRESSION entry; for NEWLY LOWERS / CHANGED (after checking the"
         f" change is intended) regenerate the table and docs/opinfo-coverage.md: {REGENERATE}")
     assert counts["wrong"] == 0 and counts["crash"] == 0, dict(counts)

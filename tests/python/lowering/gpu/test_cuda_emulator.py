@@ -30,7 +30,7 @@ from lazymlir.targets import cuda_driver  # noqa: E402
 from lazymlir.targets.cuda import CudaExecutable  # noqa: E402
 from lazymlir.targets.cuda_driver import LaunchPlan  # noqa: E402
 
-HERE = Path(__file__).resolve().parent
+CASES_DIR = Path(__file__).resolve().parents[2] / "cases"
 
 
 def _runtime_or_skip():
@@ -53,7 +53,7 @@ def trace_cases(script: str, cases, root: Path) -> dict[str, list[str]]:
     # A fresh disk cache: a cached graph is not compiled again, so it would not be dumped.
     env = dict(os.environ, LAZYMLIR_TARGET="cpu", LAZYMLIR_FALLBACK="error",
                LAZYMLIR_CACHE_DIR=str(root / "cache"))
-    done = subprocess.run([sys.executable, str(HERE / script), str(root)],
+    done = subprocess.run([sys.executable, str(CASES_DIR / script), str(root)],
                           env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
     return {name: [p.read_text() for p in sorted((root / name).glob("*/00-fx.fx.json"))]

@@ -1,4 +1,4 @@
-"""Graphs the CUDA emulator tests run (tests/python/test_cuda_emulator.py).
+"""Graphs the CUDA emulator tests run (tests/python/lowering/gpu/test_cuda_emulator.py).
 
 Each case is a function of CPU tensors plus an input factory. `trace_all(root)` runs
 every case on the `lazy_mlir` device (cpu target) inside `lazymlir.dump_to(root/name)`,

@@ -21,7 +21,7 @@ from lazymlir import metrics, session
 from lazymlir.execution.worker import CompileWorker
 from lazymlir.execution.worker_pool import WorkerPool
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1] / "cases"  # the stand-in workers
 
 
 def _run(code: str, **env) -> subprocess.CompletedProcess:
@@ -399,7 +399,7 @@ def test_import_layers_are_one_way(tmp_path):
     lint = shutil.which("lint-imports") or str(Path(sys.executable).parent / "lint-imports")
     if not Path(lint).exists():
         pytest.skip("import-linter is not installed (pip install '.[test]')")
-    root = HERE.parent.parent
+    root = HERE.parents[2]
     ignore = shutil.ignore_patterns("__pycache__", "_lib")
     shutil.copytree(root / "lazymlir", tmp_path / "lazymlir", ignore=ignore)
     shutil.copytree(root / "lowering", tmp_path / "lazymlir" / "lowering", ignore=ignore)

@@ -23,7 +23,7 @@ from lazymlir.targets import cuda_driver, dlpack_abi
 
 from conftest import target_name
 
-CASES = Path(__file__).with_name("dlpack_cases.py")
+CASES = Path(__file__).resolve().parents[1] / "cases" / "dlpack_cases.py"
 
 
 @pytest.fixture(scope="module")
