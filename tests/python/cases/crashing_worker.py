@@ -1,4 +1,5 @@
-"""A stand-in compile worker that reports a stage, then dies of SIGSEGV (test_core.py)."""
+"""A stand-in compile worker that reports a stage, then dies of SIGSEGV
+(execution/test_compile_worker.py)."""
 
 import os
 import signal

@@ -1,4 +1,5 @@
-"""A stand-in compile worker that reports a stage, then hangs (test_core.py).
+"""A stand-in compile worker that reports a stage, then hangs
+(execution/test_compile_worker.py).
 
 It speaks the worker protocol (lazymlir/execution/worker.py: a little-endian u64
 length, then a pickle) by hand instead of importing lazymlir: importing torch can

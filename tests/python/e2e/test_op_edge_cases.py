@@ -27,29 +27,6 @@ def test_eye(size, dtype):
     assert_no_fallback()
 
 
-def test_worker_messages_over_a_raw_pipe():
-    # The compile worker's stdout was a buffered reader: a "stage" and the "ok"
-    # that followed could arrive in one read, the "ok" stayed in the buffer and
-    # select() on the pipe waited for LAZYMLIR_COMPILE_TIMEOUT. The pipe is raw
-    # now; messages must survive partial reads and writes on it.
-    import os
-    import threading
-
-    from lazymlir.execution.worker import _wait_readable, read_message, write_message
-
-    r, w = os.pipe()
-    with os.fdopen(r, "rb", buffering=0) as reader, os.fdopen(w, "wb", buffering=0) as writer:
-        big = ("ok", b"x" * (1 << 20))  # larger than a pipe's buffer
-        sender = threading.Thread(target=lambda: (write_message(writer, ("stage", "linalg")),
-                                                  write_message(writer, big)))
-        sender.start()
-        assert read_message(reader) == ("stage", "linalg")
-        import time
-        assert _wait_readable(reader, time.monotonic() + 30)
-        assert read_message(reader) == big
-        sender.join()
-
-
 def test_bool_clamp_and_sort_order_false_below_true():
     # torch-mlir compared i1 as signed (True = -1 < False): clamp_max gave the max.
     a = torch.tensor([True, True, False, False, True])

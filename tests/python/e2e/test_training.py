@@ -127,3 +127,28 @@ def test_random_factories_follow_manual_seed(factory):
     torch.testing.assert_close(make(DEVICE).cpu(), expected)
     torch.testing.assert_close(make(DEVICE).cpu(), expected)
     assert lazymlir.metrics.counter("FallbackOps") >= 2
+
+
+@pytest.mark.parametrize("use_reentrant", [False, True])
+@pytest.mark.parametrize("device", ["cpu", DEVICE])
+def test_activation_checkpointing_matches_eager(device, use_reentrant):
+    """lazy_mlir is PyTorch's registered accelerator once imported, so checkpointing
+    builds an autocast context for it even for CPU tensors (it asked the device
+    module for get_amp_supported_dtype, which was missing)."""
+    from torch.utils.checkpoint import checkpoint
+
+    torch.manual_seed(0)
+    layer = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4))
+    x0 = torch.randn(5, 8)
+    expected = x0.clone().requires_grad_()
+    layer(expected).pow(2).sum().backward()
+    expected_grads = [p.grad.clone() for p in layer.parameters()]
+    layer.zero_grad()
+    moved = layer.to(device)
+    x = x0.clone().to(device).requires_grad_()
+    checkpoint(moved, x, use_reentrant=use_reentrant).pow(2).sum().backward()
+    torch.testing.assert_close(x.grad.cpu(), expected.grad, rtol=1e-5, atol=1e-6)
+    for p, g in zip(moved.parameters(), expected_grads):
+        torch.testing.assert_close(p.grad.cpu(), g, rtol=1e-5, atol=1e-6)
+    assert_no_fallback()
+
