@@ -21,6 +21,9 @@ from conftest import (
 
 import lazymlir
 
+# Also run on the cuda target with the emulator driver (scripts/test.sh's second pass).
+pytestmark = pytest.mark.emulator
+
 
 def r(*shape, dtype=torch.float32, seed=0):
     g = torch.Generator().manual_seed(seed + sum(shape))

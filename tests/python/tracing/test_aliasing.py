@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from conftest import DEVICE, assert_no_fallback
 
 import lazymlir
 from lazymlir import metrics
+
+# Also run on the cuda target with the emulator driver (scripts/test.sh's second pass).
+pytestmark = pytest.mark.emulator
 
 
 def _pair():
