@@ -2,8 +2,9 @@
 
 The device suites run on the target the environment selects, like any program:
 LAZYMLIR_TARGET (cpu here by default: `auto` without a GPU) and, for cuda,
-LAZYMLIR_CUDA_DRIVER. scripts/test.sh runs them a second time with
-`LAZYMLIR_TARGET=cuda LAZYMLIR_CUDA_DRIVER=emulator` (every kernel executed on the CPU).
+LAZYMLIR_CUDA_DRIVER. scripts/test.sh runs the tests marked `emulator` a second time
+with `LAZYMLIR_TARGET=cuda LAZYMLIR_CUDA_DRIVER=emulator` (every kernel executed on the
+CPU).
 """
 
 from __future__ import annotations

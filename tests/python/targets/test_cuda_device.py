@@ -65,7 +65,8 @@ def _emulator_usable(_runtime_library):  # conftest's: the device's library firs
     try:
         cuda_driver.CudaRuntime.create(emulator=True).close()
     except (cuda_driver.CudaError, OSError) as error:
-        pytest.skip(f"CUDA runtime library not usable: {error}")
+        pytest.fail("the CUDA runtime library does not load (the package install builds it: "
+                    f"pip install .): {error}")
 
 
 def _artifact_kinds(cache) -> set[str]:

@@ -13,7 +13,7 @@ import sys
 import pytest
 import torch
 
-import lazymlir  # noqa: F401  registers the device
+import lazymlir
 from lazymlir.lowering import artifacts, fx_graph, stages
 from lazymlir.lowering.fx_graph import output_metas
 from lazymlir.targets import cuda_driver as cuda
@@ -72,11 +72,15 @@ def test_graph_compiles_to_ptx_and_runs_on_fake_driver(fake_runtime, tmp_path):
 
 
 def test_cuda_target_without_driver_fails_clearly():
+    """Without a usable GPU (the real driver's verdict, asked here independently), the cuda
+    target must refuse to run: a program that succeeds is the bug this test guards."""
+    if unavailable_reason(lazymlir.config.settings().runtime_lib) is None:
+        pytest.skip("a CUDA device is usable here")
     code = "import torch, lazymlir; torch.ones(2).to('lazy_mlir').cpu()"
     env = dict(os.environ, LAZYMLIR_TARGET="cuda")
+    env.pop("LAZYMLIR_CUDA_DRIVER", None)  # the real driver, whatever this process runs on
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    if done.returncode == 0:
-        pytest.skip("a CUDA device is usable here")
+    assert done.returncode != 0, "the cuda target ran without a usable GPU:\n" + done.stderr
     assert "LAZYMLIR_TARGET=cuda but no usable GPU" in done.stderr
     assert "LAZYMLIR_TARGET=cpu" in done.stderr
 

@@ -31,7 +31,8 @@ def cuda_results(tmp_path_factory, _runtime_library):
     try:
         cuda_driver.CudaRuntime.create(emulator=True).close()
     except (cuda_driver.CudaError, OSError) as error:
-        pytest.skip(f"CUDA runtime library not usable: {error}")
+        pytest.fail("the CUDA runtime library does not load (the package install builds it: "
+                    f"pip install .): {error}")
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("LAZYMLIR_") or k == "LAZYMLIR_RUNTIME_LIB"}
     env.update(LAZYMLIR_TARGET="cuda", LAZYMLIR_CUDA_DRIVER="emulator",

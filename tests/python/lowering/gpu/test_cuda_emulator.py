@@ -33,16 +33,19 @@ from lazymlir.targets.cuda_driver import LaunchPlan  # noqa: E402
 CASES_DIR = Path(__file__).resolve().parents[2] / "cases"
 
 
-def _runtime_or_skip():
+def _emulator_runtime():
+    """A runtime on the emulator driver. The package install builds the runtime library
+    (its only native code), so a library that does not load is a broken build: fail."""
     try:
         return cuda_driver.CudaRuntime.create(emulator=True)
     except (cuda_driver.CudaError, OSError, AttributeError) as error:
-        pytest.skip(f"CUDA runtime library not usable: {error}")
+        pytest.fail("the CUDA runtime library does not load (the package install builds it: "
+                    f"pip install .): {error}")
 
 
 @pytest.fixture(scope="module")
 def runtime():
-    return _runtime_or_skip()
+    return _emulator_runtime()
 
 
 def trace_cases(script: str, cases, root: Path) -> dict[str, list[str]]:
@@ -268,7 +271,7 @@ exe._plan.run(exe._modules, [a, b], rt)
 print("ran")
 """
     env = dict(os.environ)
-    _runtime_or_skip()
+    _emulator_runtime()
     plain = subprocess.run([sys.executable, "-c", code.replace("{verify}", "False")],
                            env=env, capture_output=True, text=True)
     assert plain.returncode == 0 and "ran" in plain.stdout, plain.stderr[-2000:]

@@ -24,7 +24,7 @@ import gpu_kernel_cases  # noqa: E402
 from test_cuda_emulator import (  # noqa: E402
     _eager,
     _inputs,
-    _runtime_or_skip,
+    _emulator_runtime,
     assert_matches,
     assert_matches_with_blocks_reversed,
     compile_for_emulator,
@@ -41,7 +41,7 @@ CASES = gpu_kernel_cases.CASES
 
 @pytest.fixture(scope="module")
 def runtime():
-    return _runtime_or_skip()
+    return _emulator_runtime()
 
 
 @pytest.fixture(scope="module")

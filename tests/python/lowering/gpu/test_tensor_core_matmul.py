@@ -31,7 +31,7 @@ import tensor_core_cases  # noqa: E402
 from test_cuda_emulator import (  # noqa: E402
     _eager,
     _inputs,
-    _runtime_or_skip,
+    _emulator_runtime,
     compile_for_emulator,
     run_on_emulator,
     trace_cases,
@@ -47,7 +47,7 @@ ULP = {torch.float16: 2.0 ** -10, torch.bfloat16: 2.0 ** -7, torch.float32: 1e-5
 
 @pytest.fixture(scope="module")
 def runtime():
-    return _runtime_or_skip()
+    return _emulator_runtime()
 
 
 @pytest.fixture(scope="module")
@@ -167,7 +167,7 @@ print("device ok")
 def test_on_device_with_emulator_driver(tmp_path):
     """The lazy_mlir device itself on the cuda target (emulator driver, child process):
     f16 x @ w.t(), bf16 linear with bias, bf16 bmm match eager, no fallback."""
-    _runtime_or_skip()
+    _emulator_runtime()
     env = dict(os.environ, LAZYMLIR_TARGET="cuda", LAZYMLIR_CUDA_DRIVER="emulator",
                LAZYMLIR_CACHE_DIR="off", LAZYMLIR_DUMP_DIR=str(tmp_path / "dump"))
     done = subprocess.run([sys.executable, "-c", DEVICE_SCRIPT, str(TESTS_DIR)], env=env,
