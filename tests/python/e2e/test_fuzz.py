@@ -1,4 +1,4 @@
-"""Random short programs on lazy_mlir against eager CPU (issue 11, part 7).
+"""Random short programs on lazy_mlir against eager CPU.
 
 Hypothesis builds a program: a few input tensors (shapes that broadcast or not,
 float32/int64/bool) and a list of steps drawn from elementwise ops, reductions,

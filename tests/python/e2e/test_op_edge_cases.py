@@ -1,4 +1,6 @@
-"""Regression tests for op bugs the OpInfo sweep (test_opinfo.py) found."""
+"""Op edge cases against eager: 0-d reductions, factories, bool order, half-precision
+statistics and pools, scans, integer and dtype-conversion rounding, eager-only ops
+(cases the OpInfo sweep, test_opinfo.py, turned up)."""
 
 from __future__ import annotations
 
@@ -130,7 +132,7 @@ def test_batch_norm_training_statistics_have_the_input_dtype(dtype):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 def test_logcumsumexp_does_not_overflow(dtype):
     # torch-mlir lowered logcumsumexp as log(cumsum(exp(x))): one 10000 made the
-    # whole scan inf (OpInfo's sample). Now a max-shifted triangle per block.
+    # whole scan inf (OpInfo's sample); lazymlir scans a max-shifted triangle per block.
     x = torch.randn(5, 7) * 3
     x[1, 2], x[3, 0], x[0, 4], x[2, 6] = 10000.0, -math.inf, math.inf, -10000.0
     x = x.to(dtype)
@@ -206,7 +208,7 @@ def test_half_var_mean_in_float32(dtype):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_bilinear_no_further_from_exact_than_eager(dtype):
     # torch-mlir summed bilinear's products (_trilinear) in half: 0.004 off in float16,
-    # 0.02 in bfloat16. It is now computed in float32 and rounded once (like float32,
+    # 0.02 in bfloat16. lazymlir computes it in float32 and rounds once (like float32,
     # _trilinear then runs eagerly: counted as a fallback, not hidden). Eager rounds
     # between its two bmms, so the check is against the float64 result: no further
     # from it than eager, plus the OpInfo sweep's half tolerance.
@@ -240,7 +242,7 @@ print("OK")
 def test_reciprocal_of_zero_is_inf(dtype):
     # torch-mlir's reciprocal asserted a nonzero input (floats too): a 0 aborted the
     # process (the OpInfo sweep's worker died on int64 and bool). Eager gives inf.
-    # In a child process: the old failure kills the interpreter.
+    # In a child process: that abort would kill the interpreter.
     import subprocess
     import sys
     done = subprocess.run([sys.executable, "-c", RECIPROCAL_SCRIPT, dtype],

@@ -25,7 +25,7 @@ import opinfo_sweep
 import pytest
 
 REGENERATE = "PYTHONPATH=. python tests/python/cases/opinfo_sweep.py --write"
-CI_MIN_LOWERED = 520  # issue 8: the OpInfo suite in CI lowers at least this many entries
+CI_MIN_LOWERED = 520  # the OpInfo suite in CI lowers at least this many entries
 
 
 def _check(results, ops=None):

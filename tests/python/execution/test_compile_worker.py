@@ -185,7 +185,8 @@ print("ALIVE")
 
 
 def test_known_crashers_work_or_fail_cleanly():
-    """Each of these killed the process when MLIR ran in-process (issue 7)."""
+    """Programs whose compiles crash MLIR when it runs in the user's process: in the
+    compile worker each gives eager's result or a clean error, and the process lives."""
     done = _run(_CRASHERS)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
@@ -196,10 +197,10 @@ def test_known_crashers_work_or_fail_cleanly():
 
 
 def test_worker_messages_over_a_raw_pipe():
-    # The compile worker's stdout was a buffered reader: a "stage" and the "ok"
-    # that followed could arrive in one read, the "ok" stayed in the buffer and
-    # select() on the pipe waited for LAZYMLIR_COMPILE_TIMEOUT. The pipe is raw
-    # now; messages must survive partial reads and writes on it.
+    # The compile worker's stdout is read raw: with a buffered reader a "stage" and the
+    # "ok" that follows can arrive in one read, the "ok" stays in the buffer and select()
+    # on the pipe waits for LAZYMLIR_COMPILE_TIMEOUT. Messages must survive partial
+    # reads and writes on the raw pipe.
     import os
     import threading
 

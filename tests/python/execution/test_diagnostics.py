@@ -1,4 +1,4 @@
-"""Recompile and fallback diagnostics (issue 11, part 6): lazymlir/execution/diagnostics.py.
+"""Recompile and fallback diagnostics: lazymlir/execution/diagnostics.py.
 
 With debug on, each compile logs its cause against the nearest graph compiled
 before, its hash, sizes and the user's line; each fallback logs its reason;

@@ -1,6 +1,6 @@
-"""Edge-case numerics match eager PyTorch on the CPU (issue 11, lowering/numerics.py).
+"""Edge-case numerics match eager PyTorch on the CPU (lowering/numerics.py).
 
-Each case failed before the rewrites (value noted) and is compared with eager.
+Each case notes the value torch-mlir's plain lowering gives, and is compared with eager.
 """
 
 from __future__ import annotations

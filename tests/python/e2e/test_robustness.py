@@ -1,9 +1,10 @@
-"""Bad input behaves as in eager PyTorch (issue 11, parts 2 and 4).
+"""Bad input behaves as in eager PyTorch, and threads each trace their own programs.
 
-Out-of-range indices and integer division by zero used to read garbage, abort
-(SIGABRT in a compiled `cf.assert`) or kill the process (SIGFPE); now they
-raise eager's error class and message at the sync point (lowering/checks.py).
-The cases that crashed run in a child process.
+Out-of-range indices and integer division by zero raise eager's error class and
+message at the sync point (lowering/checks.py) instead of reading garbage, aborting
+(SIGABRT in a compiled `cf.assert`) or killing the process (SIGFPE); the cases that
+can crash run in a child process. A CPU tensor mixed into a device op raises eager's
+device error.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ import lazymlir
 from conftest import DEVICE, assert_no_fallback, assert_same
 
 # Each case: a lambda of (T, D) building lazy tensors on device D; the eager run uses
-# D="cpu". On c437398: index/index_select returned garbage, gather/embedding aborted,
-# remainder/floor division/fmod by a zero tensor died of SIGFPE.
+# D="cpu". Unchecked, index/index_select read garbage, gather/embedding abort and
+# remainder/floor division/fmod by a zero tensor die of SIGFPE.
 BAD_CASES = {
     "index": "lambda T, D: T.arange(8.).reshape(4, 2).to(D)[T.tensor([0, 10]).to(D)]",
     "index_negative": "lambda T, D: T.arange(8.).reshape(4, 2).to(D)[T.tensor([0, -5]).to(D)]",
@@ -135,12 +136,12 @@ def test_checks_can_be_turned_off():
         config.settings().bounds_checks = saved
 
 
-# ---------------------------------------------------------------- device rules (part 4)
+# ---------------------------------------------------------------- device rules
 
 def test_mixing_a_cpu_tensor_raises_the_same_device_error():
     x = torch.ones(3, 4).to(DEVICE)
     with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
-        x + torch.ones(3, 4)  # on c437398 this silently uploaded the CPU tensor
+        x + torch.ones(3, 4)  # not a silent upload of the CPU tensor
     with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
         torch.matmul(x, torch.ones(4, 2))
     with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
@@ -196,7 +197,7 @@ def test_float8_conversion_on_the_device_is_refused():
         torch.ones(3, device=DEVICE).to(torch.float8_e5m2)
 
 
-# ---------------------------------------------------------------- threads (part 5)
+# ---------------------------------------------------------------- threads
 
 THREADS_CHILD = textwrap.dedent("""
     import sys, threading, traceback, torch, lazymlir
@@ -243,8 +244,8 @@ THREADS_CHILD = textwrap.dedent("""
 
 def test_two_threads_training_their_own_models_match_eager():
     """Each thread traces and syncs its own tensors (trace state is per thread; graph
-    building, the caches and execution are under the session lock). On c437398 one
-    thread failed with IndexError in lowering/fx_graph.py."""
+    building, the caches and execution are under the session lock); a race there shows
+    as one thread failing, e.g. with an IndexError in lowering/fx_graph.py."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAZYMLIR_")}
     env.update(LAZYMLIR_TARGET="cpu")
     done = subprocess.run([sys.executable, "-c", THREADS_CHILD], env=env, capture_output=True,
