@@ -2,8 +2,9 @@
 
 The device suites run on the target the environment selects, like any program:
 LAZYMLIR_TARGET (cpu here by default: `auto` without a GPU) and, for cuda,
-LAZYMLIR_CUDA_DRIVER. scripts/test.sh runs them a second time with
-`LAZYMLIR_TARGET=cuda LAZYMLIR_CUDA_DRIVER=emulator` (every kernel executed on the CPU).
+LAZYMLIR_CUDA_DRIVER. scripts/test.sh runs the tests marked `emulator` a second time
+with `LAZYMLIR_TARGET=cuda LAZYMLIR_CUDA_DRIVER=emulator` (every kernel executed on the
+CPU).
 """
 
 from __future__ import annotations
@@ -14,9 +15,17 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
+
+# Modules the test files share (graphs, models, the OpInfo sweep, stand-in workers and
+# scripts run in child processes) live in cases/; test files in every folder import
+# them by name.
+TESTS_DIR = Path(__file__).resolve().parent
+CASES_DIR = TESTS_DIR / "cases"
+sys.path.insert(0, str(CASES_DIR))
 
 # The suite never reads or writes the user's persistent compile cache. Tests in this
 # process (and children that inherit its environment) run with it off: every graph a
