@@ -1,4 +1,4 @@
-"""Cost of the compiled index / zero-divisor checks (lowering/checks.py), in one run.
+"""Cost of the compiled index / zero-divisor checks (lowering/front/checks.py), in one run.
 
     PYTHONPATH=. python benchmarks/bounds_checks.py [--repeats N] [--out FILE]
 
@@ -27,6 +27,8 @@ if str(ROOT) not in sys.path:
 
 import lazymlir  # noqa: E402
 from lazymlir import config  # noqa: E402
+
+from benchmarks.results_dir import result_path  # noqa: E402
 
 D = "lazy_mlir"
 
@@ -59,7 +61,7 @@ def timed(fn) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=30)
-    parser.add_argument("--out", default=str(ROOT / "benchmarks/results/bounds_checks.md"))
+    parser.add_argument("--out", help="default: benchmarks/results/<today>/bounds-checks-cost.md")
     args = parser.parse_args()
     settings = config.settings()
     rows = []
@@ -90,7 +92,9 @@ def main() -> None:
     ]
     text = "\n".join(lines) + "\n"
     print(text)
-    Path(args.out).write_text(text)
+    out = Path(args.out) if args.out else result_path("bounds-checks-cost.md")
+    out.write_text(text)
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

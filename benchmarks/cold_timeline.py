@@ -16,7 +16,7 @@ it went: Dynamo's and AOTAutograd's tracing, or lazymlir's compiles.
 
 It wraps private functions of lazymlir.dynamo and lazymlir.execution.executor
 (the points where graphs are handed over and compiles start, end and are waited
-for): a profiling tool, kept in step with them by tests/python/test_benchmarks.py.
+for): a profiling tool, kept in step with them by tests/python/e2e/test_cold_timeline.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Side-by-side table of two benchmark result files (markdown, printed).
 
-    python benchmarks/compare.py benchmarks/results/before.json benchmarks/results/after.json
+    python benchmarks/compare.py A.json B.json    # two benchmarks.run results
 
 Rows are matched by workload name. Each file's eager column comes from its own
 run (eager and lazy interleaved there), so compare ratios and `code ms` across

@@ -1,12 +1,12 @@
 """What crash isolation costs: compiles in the worker process vs in-process.
 
-    python benchmarks/compile_isolation.py
+    PYTHONPATH=. python -m benchmarks.compile_isolation
 
 Prints, for a small elementwise graph and an MLP training step (each compiled
 cold, then hit in the memory cache): the first compile (worker start included),
 later compiles of new graphs, and a cache hit, with LAZYMLIR_COMPILE_WORKER=1
 (default) and =0, each measured in a fresh process. Medians of 3 new graphs per
-row. Writes benchmarks/results/compile_isolation.md.
+row. Writes benchmarks/results/<today>/compile-worker-isolation-cost.md.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ import platform
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
+
+from benchmarks.results_dir import result_path
 
 _CHILD = textwrap.dedent("""
     import json, statistics, time, torch, lazymlir
@@ -79,11 +80,10 @@ def main() -> None:
             rows.append(f"| {graph} | {label} | {a:.1f} | {b:.1f} | {a / b:.2f} |")
     table = "\n".join(rows)
     print(table)
-    header = (f"# Compile isolation cost\n\n`python benchmarks/compile_isolation.py`, "
+    header = (f"# Compile isolation cost\n\n`PYTHONPATH=. python -m benchmarks.compile_isolation`, "
               f"{datetime.date.today()}, {platform.machine()} {os.cpu_count()} cores, "
               f"Python {platform.python_version()}.\n\n")
-    out = Path(__file__).resolve().parent / "results" / "compile_isolation.md"
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out = result_path("compile-worker-isolation-cost.md")
     out.write_text(header + table + "\n")
 
 

@@ -3,7 +3,7 @@
     PYTHONPATH=. python -m benchmarks.compiled_steps [--backends lazymlir,lazymlir-ewc,inductor]
         [--only mlp,gpt] [--rounds 10] [--threads N] [--label NAME]
 
-Issue 12's steady-state target is a ratio to eager (the MLP and GPT steps of
+The steady-state figure is a ratio to eager (the MLP and GPT steps of
 benchmarks/run.py, same models, optimizers and batches). On a small machine that
 ratio moves with whatever else runs, and the two sides do not feel load equally
 (a parallel loop waits for its slowest thread). So here each round times a block
@@ -16,7 +16,7 @@ process, the MLP step measured 0.96x eager through lazymlir alone and 1.34x next
 to inductor's compiled step (eager itself went from 0.99 to 1.34 ms there).
 Each backend's first call (its cold compile: give lazymlir an empty
 LAZYMLIR_CACHE_DIR to measure one) is reported too; inductor gets a private cold
-cache, as in benchmarks/run.py. Writes benchmarks/results/<label>.md.
+cache, as in benchmarks/run.py. Writes benchmarks/results/<today>/<label>.md.
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ from pathlib import Path
 import torch
 
 from . import models
+from .results_dir import result_path
 from .run import _mlp, _mse, _train_step
 
-RESULTS = Path(__file__).parent / "results"
 
 
 def _mlp_step(seed: int = 0):
@@ -174,9 +174,9 @@ def main() -> None:
             f"{result['ratio'][b]:.2f} | {result['first_s'][b]:.1f} | "
             f"{result['ready_s'][b]:.1f}" for b in backends) + " |")
     if args.label:
-        RESULTS.mkdir(exist_ok=True)
-        (RESULTS / f"{args.label}.md").write_text("\n".join(lines) + "\n")
-        print(f"wrote {RESULTS / (args.label + '.md')}")
+        out = result_path(f"{args.label}.md")
+        out.write_text("\n".join(lines) + "\n")
+        print(f"wrote {out}")
     else:
         print("\n".join(lines))
 

@@ -10,8 +10,8 @@ folders per call). Contenders: any Dynamo backend; `lazymlir-ewc` (options
 eager_while_compiling); `lazymlir-warm`, lazymlir's first call in a second process
 that finds every graph in the disk cache the first process filled: Dynamo's and
 AOTAutograd's tracing plus loading, i.e. what the first call would cost if compiling
-took no time at all. Issue 12 asks for a cold first call at most a quarter of
-inductor's; the ratios to inductor are per round. Writes benchmarks/results/<label>.md.
+took no time at all. The ratios to inductor's first call are per round.
+Writes benchmarks/results/<today>/<label>.md.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from .results_dir import result_path
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -100,7 +102,7 @@ def main() -> None:
                  "took no time would give).")
     lines += [""] + tables
     if args.label:
-        out = ROOT / "benchmarks" / "results" / f"{args.label}.md"
+        out = result_path(f"{args.label}.md")
         out.write_text("\n".join(lines))
         print(f"wrote {out}")
 

@@ -722,7 +722,8 @@ def report(results: dict[str, list[dict]]) -> str:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help="graphs whose name contains this")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks/results/roofline.md"))
+    parser.add_argument("--out", help="default: benchmarks/results/<today>/"
+                        "cuda-kernels-static-roofline.md")
     parser.add_argument("--trace-child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.trace_child:
@@ -755,8 +756,11 @@ def main(argv=None) -> None:
             f"fraction below is the estimate of the model stated here.\n\n"
             f"{MODEL}\n{report(results)}")
     print(text)
-    if args.out:
-        Path(args.out).write_text(text)
+    from benchmarks.results_dir import result_path
+
+    out = Path(args.out) if args.out else result_path("cuda-kernels-static-roofline.md")
+    out.write_text(text)
+    print(f"wrote {out}", file=sys.stderr)
 
 
 if __name__ == "__main__":

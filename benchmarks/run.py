@@ -11,7 +11,7 @@ compiled code and the copy back to a CPU tensor (`.cpu()` / `mark_step()`);
 `code ms` is only the compiled code (the `ExecuteTime` timer). Ratios are
 lazy/eager: below 1 is faster than eager.
 
-Writes benchmarks/results/<label>.json, <label>.md and <label>.png (the plot
+Writes benchmarks/results/<today>/<label>.json, <label>.md and <label>.png (the plot
 needs matplotlib; without it the plot is skipped with a message).
 Timings are never asserted anywhere: they depend on the machine and its load.
 """
@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-RESULTS = Path(__file__).resolve().parent / "results"
+from .results_dir import result_path
 
 
 @dataclass
@@ -423,12 +423,12 @@ def main(argv=None) -> int:
             "lazymlir_path": str(Path(lazymlir.__file__).parent.parent)}
     if args.commit:
         meta["commit"] = args.commit
-    RESULTS.mkdir(parents=True, exist_ok=True)
     data = {"meta": meta, "rows": [asdict(r) | {"ratio": r.ratio} for r in rows]}
-    (RESULTS / f"{args.label}.json").write_text(json.dumps(data, indent=1) + "\n")
-    (RESULTS / f"{args.label}.md").write_text(_markdown(rows, meta))
-    note = _plot(rows, RESULTS / f"{args.label}.png", args.label)
-    print(note or f"wrote {RESULTS / args.label}.{{json,md,png}}")
+    out = result_path(f"{args.label}.md")
+    out.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")
+    out.write_text(_markdown(rows, meta))
+    note = _plot(rows, out.with_suffix(".png"), args.label)
+    print(note or f"wrote {out.with_suffix('')}.{{json,md,png}}")
     return 0
 
 

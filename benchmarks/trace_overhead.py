@@ -15,8 +15,8 @@ can cost. Eager, floor and traced runs are interleaved, so a load change on
 the machine hits all three. The first-op and first-step rows are measured in
 fresh processes.
 
-The table is printed and written to benchmarks/results/trace_overhead.md (or
---out) with the command and the date.
+The table is printed and written to benchmarks/results/<today>/trace-overhead-per-op.md
+(or --out) with the command and the date.
 """
 
 from __future__ import annotations
@@ -45,6 +45,8 @@ from lazymlir import session  # noqa: E402
 from lazymlir.lowering import fx_graph  # noqa: E402
 from lazymlir.tracing import values as lazy_values  # noqa: E402
 from lazymlir.tracing.graph import build_graph  # noqa: E402
+
+from benchmarks.results_dir import result_path  # noqa: E402
 
 LAZY = "lazy_mlir"
 OPS = 1000  # ops per chain workload
@@ -374,7 +376,8 @@ def table(rows: list[dict], first: dict | None) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=15)
-    parser.add_argument("--out", default=str(ROOT / "benchmarks/results/trace_overhead.md"))
+    parser.add_argument("--out",
+                        help="default: benchmarks/results/<today>/trace-overhead-per-op.md")
     parser.add_argument("--no-first", action="store_true", help="skip the fresh-process rows")
     parser.add_argument("--only", default=None, help="run workloads whose name contains this")
     parser.add_argument("--parts", action="store_true",
@@ -408,7 +411,7 @@ def main(argv=None) -> int:
               f"{'process CPU' if CLOCK == 'cpu' else 'wall'} time, load average "
               f"{os.getloadavg()[0]:.1f} at the end\n\n")
     print(text)
-    out = Path(args.out)
+    out = Path(args.out) if args.out else result_path("trace-overhead-per-op.md")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(header + text + "\n")
     return 0

@@ -1,6 +1,6 @@
 """What a second process pays when the persistent compile cache is warm.
 
-    python benchmarks/warm_start.py [--runs 3]
+    PYTHONPATH=. python -m benchmarks.warm_start [--runs 3]
 
 Runs the MLP training step of benchmarks/run.py (batch 64, 256->512->256, SGD,
 the loss read with .item()) for three steps in fresh processes sharing one new,
@@ -8,7 +8,7 @@ private cache folder: the first process compiles (cold), the next ones should
 compile nothing. Each line: the imports (torch + lazymlir), the first step
 (tracing, cache lookups, compiles or disk loads, the run, the sync), the next
 steps, the whole process's wall time, and the counters that say what happened.
-Writes benchmarks/results/warm_start.md. Timings depend on the machine's load:
+Writes benchmarks/results/<today>/warm-cache-first-step.md. Timings depend on the machine's load:
 the load average is printed with them.
 """
 
@@ -24,7 +24,8 @@ import sys
 import tempfile
 import textwrap
 import time
-from pathlib import Path
+
+from benchmarks.results_dir import result_path
 
 _CHILD = textwrap.dedent("""
     import time
@@ -97,10 +98,10 @@ def main(argv=None) -> int:
                  f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f} ({os.cpu_count()} CPUs).")
     table = "\n".join(lines)
     print(table)
-    out = Path(__file__).parent / "results" / "warm_start.md"
+    out = result_path("warm-cache-first-step.md")
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    out.write_text(f"# Second process with a warm compile cache\n\n"
-                   f"`python benchmarks/warm_start.py --runs {args.runs}`, {stamp}.\n\n"
+    command = f"PYTHONPATH=. python -m benchmarks.warm_start --runs {args.runs}"
+    out.write_text(f"# Second process with a warm compile cache\n\n`{command}`, {stamp}.\n\n"
                    f"{table}\n")
     print(f"wrote {out}")
     return 0 if same else 1
