@@ -1,4 +1,4 @@
-"""Cost of the compiled index / zero-divisor checks (lowering/checks.py), in one run.
+"""Cost of the compiled index / zero-divisor checks (lowering/front/checks.py), in one run.
 
     PYTHONPATH=. python benchmarks/bounds_checks.py [--repeats N] [--out FILE]
 

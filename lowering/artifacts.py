@@ -8,7 +8,7 @@ back, what the disk cache keeps, and all a target needs to run the graph:
     cuda  plan.txt + kernel<N>.ptx|.cubin    (ptx/cubin stage -> launch plan + images)
           or plan.txt + kernel<N>.emulator    (for the emulator driver: the same gpu
                                                modules built for the CPU from the gpu
-                                               stage, lowering/gpu_emulator.py)
+                                               stage, lowering/gpu/emulator.py)
 
 Targets load artifacts without importing any of lowering. `artifact.json`
 records each file's size and SHA-256, so a truncated or altered file (a full
@@ -38,13 +38,13 @@ def package(target: str, final, directory: Path,
     directory.mkdir(parents=True, exist_ok=True)
     manifest: dict = {"format": FORMAT, "target": target}
     if target == "cpu":
-        from .cpu_codegen import SO_NAME, build_shared_object
+        from .cpu.codegen import SO_NAME, build_shared_object
 
         module = getattr(final, "module", None)
         build_shared_object(module if module is not None else _text(final), directory)
         manifest["files"] = [SO_NAME]
     elif target == "cuda":
-        from .gpu_stages import executable_parts
+        from .gpu.stages import executable_parts
 
         plan_text, kernels = executable_parts(_text(final))
         if emulator_source is not None:
@@ -71,7 +71,7 @@ def _text(final) -> str:
 
 def _emulator_kernels(gpu_text: str, native: list, verify: bool) -> list:
     from .errors import LoweringError
-    from .gpu_emulator import emulator_images_from_text
+    from .gpu.emulator import emulator_images_from_text
     from .mlir_runner import PipelineFailure
 
     try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from . import tmtensor
+from .front import tmtensor
 from .mlir_runner import walk
 
 # Dialect namespaces allowed in the output of each stage ("*": anything).
@@ -20,8 +20,8 @@ ALLOWED_DIALECTS: dict[str, frozenset[str]] = {
                          "complex", "affine", "ml_program", "bufferization"}),
     "bufferized": frozenset({"builtin", "func", "linalg", "memref", "arith", "math", "scf", "cf",
                              "complex", "affine", "ml_program", "bufferization"}),
-    # vector: what lowering/cpu_schedule.py tiled and vectorized; omp: the
-    # parallel loops (lowering/cpu_parallel.py) as OpenMP regions.
+    # vector: what lowering/cpu/schedule.py tiled and vectorized; omp: the
+    # parallel loops (lowering/cpu/parallel.py) as OpenMP regions.
     "loops": frozenset({"builtin", "func", "memref", "arith", "math", "scf", "cf", "affine",
                         "ml_program", "vector", "ub", "omp"}),
     "llvm": frozenset({"builtin", "llvm", "omp"}),
@@ -32,14 +32,14 @@ ALLOWED_DIALECTS: dict[str, frozenset[str]] = {
 # memref dialect as a whole stays out of linalg-on-tensors.
 ALLOWED_OPS: dict[str, frozenset[str]] = {
     "linalg": tmtensor.LOOP_OPS,
-    # `loops`: MLIR's AVX2 transpose lowering (cpu_isa.py) writes its blends as
+    # `loops`: MLIR's AVX2 transpose lowering (cpu/isa.py) writes its blends as
     # inline assembly, so that LLVM keeps the instruction it chose.
     "loops": frozenset({"llvm.inline_asm"}),
 }
 
 # Buffers of these element types may not appear in a stage's output (checked on
 # op results and block arguments). `bufferized`: bools are stored as i8
-# (i1_storage.py); LLVM 22 cannot lower i1 buffers.
+# (bufferize/i1_storage.py); LLVM 22 cannot lower i1 buffers.
 _I1_BUFFER = re.compile(r"^memref<([^>]*x)?i1(,.*)?>$")
 FORBIDDEN_TYPES: dict[str, tuple[re.Pattern, str]] = {
     "bufferized": (_I1_BUFFER, "a bool (i1) buffer"),
@@ -78,7 +78,7 @@ def check_contract(stage: str, module_operation) -> str | None:
 # kernel a later stage cannot lower (e.g. an atomic kind without an NVVM lowering) fails
 # at the stage that produced it.
 
-# Ops the host function may hold after `gpu` (launch_plan turns exactly these into a plan).
+# Ops the host function may hold after `gpu` (gpu.launch_plan turns exactly these into a plan).
 _GPU_HOST_OPS = frozenset({
     "arith.constant", "memref.alloc", "memref.dealloc", "memref.copy", "gpu.memset",
     "memref.expand_shape", "memref.collapse_shape", "memref.subview",

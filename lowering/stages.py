@@ -27,7 +27,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import contracts, cpu_pipeline, torch_stages
+from . import contracts
+from .bufferize import stage as bufferize_stage
+from .cpu import stages as cpu_stages
+from .front import stages as front_stages
 from .errors import LoweringError, save_repro
 from .mlir_runner import PipelineFailure, print_module
 
@@ -52,7 +55,7 @@ class Stage:
 def _gpu(fn_name: str):
     """Late-bound CUDA stage: the GPU pipeline imports only when a CUDA stage runs."""
     def run(text: str, options: Options):
-        from . import gpu_stages
+        from .gpu import stages as gpu_stages
         return getattr(gpu_stages, fn_name)(text, options)
     return run
 
@@ -60,18 +63,18 @@ def _gpu(fn_name: str):
 _ALL = {
     s.name: s for s in (
         Stage("fx", "fx.json", None, "functional ATen graph recorded by the tracer"),
-        Stage("torch", "mlir", lambda t, o: torch_stages.import_fx(t),
+        Stage("torch", "mlir", lambda t, o: front_stages.import_fx(t),
               "torch dialect as imported by torch-mlir's FxImporter"),
-        Stage("torch-backend", "mlir", lambda t, o: torch_stages.to_torch_backend(t),
+        Stage("torch-backend", "mlir", lambda t, o: front_stages.to_torch_backend(t),
               "torch backend contract: value semantics, shapes and dtypes refined"),
-        Stage("linalg", "mlir", lambda t, o: torch_stages.to_linalg(t),
+        Stage("linalg", "mlir", lambda t, o: front_stages.to_linalg(t),
               "linalg-on-tensors (+arith/math/tensor)"),
-        Stage("bufferized", "mlir", lambda t, o: cpu_pipeline.to_bufferized(t, o.target),
+        Stage("bufferized", "mlir", lambda t, o: bufferize_stage.to_bufferized(t, o.target),
               "linalg on memrefs, results as out-parameters"),
-        Stage("loops", "mlir", lambda t, o: cpu_pipeline.to_loops(t),
+        Stage("loops", "mlir", lambda t, o: cpu_stages.to_loops(t),
               "CPU: scf loops over memrefs"),
-        Stage("llvm", "mlir", lambda t, o: cpu_pipeline.to_llvm(t),
-              "CPU: LLVM dialect, ready for mlir-translate + llc (lowering/cpu_codegen.py)"),
+        Stage("llvm", "mlir", lambda t, o: cpu_stages.to_llvm(t),
+              "CPU: LLVM dialect, ready for mlir-translate + llc (lowering/cpu/codegen.py)"),
         Stage("gpu", "mlir", _gpu("to_gpu"),
               "CUDA: outlined gpu.module kernels mapped to blocks/threads + host launches"),
         Stage("plan", "mlir", _gpu("to_plan"),

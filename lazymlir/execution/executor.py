@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from .. import session, targets
-from ..lowering import checks, fx_graph
+from ..lowering.front import checks, fx_graph
 from ..support.errors import CompileError
 from . import diagnostics, disk_cache, fallback, graph_cache
 from .compiler import CompileOptions, compile_graph, probe

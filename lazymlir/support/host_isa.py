@@ -2,7 +2,7 @@
 
 `LAZYMLIR_CPU_VECTOR_ISA` (`avx512`, `avx2`) overrides the detection (the lit
 tests pin `avx512`). The answer is part of the cpu target's fingerprint, so the
-disk cache never hands code tiled for one choice to the other; lowering/cpu_isa.py
+disk cache never hands code tiled for one choice to the other; lowering/cpu/isa.py
 has what each choice means for the schedule.
 """
 

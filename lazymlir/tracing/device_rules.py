@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from ..lowering import fx_graph
+from ..lowering.front import fx_graph
 
 # Ops eager CUDA runs with CPU index tensors (TensorIterator/indexing code
 # moves them); `copy` is a device transfer.

@@ -30,7 +30,7 @@ from types import MappingProxyType
 import torch
 
 from .. import session, targets
-from ..lowering import decompositions
+from ..lowering.front import decompositions
 from . import device_rules, failures, fallback, rnn
 from . import values as values_module
 from .graph import SCALAR_INPUT_OPS

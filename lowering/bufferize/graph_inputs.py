@@ -12,7 +12,7 @@ The exception is an in-place update the graph asks for: `torch.compile`'s
 optimizer steps (AOTAutograd keeps their parameter updates as `copy_` into the
 graph's inputs) record which result is the new value of which input in the
 function attribute `lazymlir.in_place` (pairs [input, result], written by the
-`torch` stage from the fx graph's "in_place"; lowering/fx_graph.py). Such a
+`torch` stage from the fx graph's "in_place"; lowering/front/fx_graph.py). Such a
 result is materialized in its input's buffer
 (`bufferization.materialize_in_destination`), that argument stays writable, and
 its out-parameter is dropped after bufferization (`drop_in_place_results`): the
@@ -22,7 +22,7 @@ one-shot bufferization's own conflict analysis: a read of the old value after th
 write, or an op reading and writing the buffer at different elements (a
 transpose), gets the copy. Where bufferization refuses the materialization
 altogether, the graph is bufferized again with every input read-only and each
-update copied into its input last (`protect_inputs(..., "copy")`; cpu_pipeline.py).
+update copied into its input last (`protect_inputs(..., "copy")`; stage.py).
 """
 
 from __future__ import annotations

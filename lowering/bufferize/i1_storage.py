@@ -19,7 +19,7 @@ bufferization. This rewrite gives every `memref<...xi1>` value the type
 Ops that only pass buffers around (views, copies, allocs, calls, loops) need no
 change. Any other op touching an i1 buffer is reported, naming the op, rather
 than handed to a lowering that would abort. Bools cross graph boundaries as
-uint8 already (lowering/fx_graph.py), so graph signatures do not change.
+uint8 already (lowering/front/fx_graph.py), so graph signatures do not change.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ import numpy as np
 from mlir import ir
 from mlir.dialects import arith, linalg
 
-from . import mlir_runner
-from .mlir_runner import PipelineFailure
+from .. import mlir_runner
+from ..mlir_runner import PipelineFailure
 
 # Ops that only move, view or hold buffers: retyping their memref operands and
 # results is all they need (strides and offsets count elements, and an i1

@@ -15,7 +15,7 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import arith
 
-from .i1_storage import walk
+from ..bufferize.i1_storage import walk
 
 
 def _element(t: ir.Type) -> ir.Type:

@@ -78,7 +78,7 @@ def fold_into_c_interfaces(module) -> None:
         ret.erase()
         target.erase()
         # The entry is one long block of descriptor loads, allocations and calls of the
-        # outlined loop nests (cpu_outline); on a Zen 3 host llc's post-RA list scheduler
+        # outlined loop nests (outline); on a Zen 3 host llc's post-RA list scheduler
         # (quadratic in a block's length) took 2.7 of the 2.7 s for an AdamW step over
         # 100 parameters, 0.03 s with generic tuning. The nests keep the host's tuning.
         wrapper.attributes["tune_cpu"] = ir.StringAttr.get("generic")

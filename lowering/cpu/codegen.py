@@ -8,7 +8,7 @@ schedule left scalar, cleanup of the unrolled vector code); `llc` alone
 does none of it. Math calls (expf, tanhf, logf...) in loops are vectorized
 against glibc's libmvec (`-vector-library=LIBMVEC`, AVX-512/AVX2 variants)
 where the host has it; without it they stay one libm call per element.
-Large modules are split into parts (`llvm-split`; lowering/cpu_outline.py
+Large modules are split into parts (`llvm-split`; lowering/cpu/outline.py
 made each loop nest a function, identical ones once) that `opt` and `llc`
 compile in parallel processes, linked into one `.so`. Not MLIR's
 ExecutionEngine: with the LLVM 22 Python bindings its JIT produced code that
@@ -29,8 +29,8 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
 
-from ..support import toolchain
-from . import cpu_parallel, cpu_vector_math
+from ...support import toolchain
+from . import parallel, vector_math
 
 SO_NAME = "executable.so"
 # The host's target triple (Linux: the only OS the tools ship for).
@@ -83,14 +83,14 @@ _FORK_CALL = re.compile(r"@__kmpc_fork_call\(ptr @\w+, i32 (\d+),")
 def _check_openmp_calls(llvm_ir: str) -> None:
     """The OpenMP runtime calls of a graph must be ones targets/cpu_threads.py defines
     (else loading the graph would fail on an undefined symbol, far from the cause)."""
-    unknown = set(_OPENMP_DECLARATION.findall(llvm_ir)) - cpu_parallel.OPENMP_ENTRY_POINTS
+    unknown = set(_OPENMP_DECLARATION.findall(llvm_ir)) - parallel.OPENMP_ENTRY_POINTS
     if unknown:
         raise RuntimeError(f"parallel loops call OpenMP runtime functions lazymlir does not "
-                           f"provide: {', '.join(sorted(unknown))} (lowering/cpu_parallel.py)")
+                           f"provide: {', '.join(sorted(unknown))} (lowering/cpu/parallel.py)")
     for argc in _FORK_CALL.findall(llvm_ir):
-        if int(argc) > cpu_parallel.MAX_FORK_ARGS:
+        if int(argc) > parallel.MAX_FORK_ARGS:
             raise RuntimeError(f"a parallel region passes {argc} arguments to __kmpc_fork_call; "
-                               f"the thread runtime takes at most {cpu_parallel.MAX_FORK_ARGS}")
+                               f"the thread runtime takes at most {parallel.MAX_FORK_ARGS}")
 
 
 # `opt -O3`'s unroller, held to loops whose unrolled body stays small (default
@@ -112,7 +112,7 @@ def _split(ll_file: Path, directory: Path) -> list[Path]:
     """The module as parts of about equal numbers of functions (`llvm-split`, which
     gives internal functions hidden external names so the parts link together), or
     the module alone when it is small or the host has one core. Parts lose
-    cross-part inlining, which lowering/cpu_outline.py's noinline nests do not want."""
+    cross-part inlining, which lowering/cpu/outline.py's noinline nests do not want."""
     parts = min(os.cpu_count() or 1, MAX_PARTS, ll_file.stat().st_size // SPLIT_MIN_BYTES)
     if parts < 2:
         return [ll_file]
@@ -171,7 +171,7 @@ def build_shared_object(llvm_dialect, directory: Path) -> Path:
             if part != ll_file:
                 source = Path(f"{part}.ll")
                 _run([tools["llvm-dis"], str(part), "-o", str(source)])
-            source.write_text(cpu_vector_math.annotate(source.read_text()))
+            source.write_text(vector_math.annotate(source.read_text()))
         _run([tools["opt"], "-O3", *OPT_UNROLL, *target, *vector_math_opt, str(source), "-o",
               str(optimized)])
         # The vector library for llc too: its ReplaceWithVeclib pass turns the vector

@@ -11,7 +11,7 @@ the function's result is tiled over its outermost (row) dimension with an
 loop (`transform.structured.fuse`): each iteration computes a block of rows
 from start to end while the block stays in L1/L2, and the temporaries shrink
 to one block. The blocks are independent (`scf.forall`): the `loops` stage
-runs them on all cores (lowering/cpu_parallel.py) unless the work is below
+runs them on all cores (lowering/cpu/parallel.py) unless the work is below
 MIN_PARALLEL_ELEMENTS, where the loop is marked SEQUENTIAL and runs in order.
 (An `scf.for` here would bufferize to a whole-result temporary and a copy.)
 
@@ -27,9 +27,8 @@ stop the fusion) and elementwise ops are fused, as the shared pipeline does.
 
 from __future__ import annotations
 
-from . import cpu_parallel
-from .cpu_parallel import MIN_PARALLEL_ELEMENTS
-from .mlir_runner import UPSTREAM, map_results, run_pipeline, walk
+from .parallel import MIN_PARALLEL_ELEMENTS, SEQUENTIAL
+from ..mlir_runner import UPSTREAM, map_results, run_pipeline, walk
 
 TAG = "lazymlir.rows"
 
@@ -169,6 +168,6 @@ def fuse_rows(text: str) -> str | None:
         if not parallel:
             for op in walk(module.operation):
                 if op.name == "scf.forall":
-                    op.attributes[cpu_parallel.SEQUENTIAL] = ir.UnitAttr.get()
+                    op.attributes[SEQUENTIAL] = ir.UnitAttr.get()
     return str(module)
 

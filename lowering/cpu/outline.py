@@ -6,13 +6,13 @@ function again for every loop they transform. On the GPT training step's
 forward graph (~290 loop nests), `opt -O3` spent 68% of its time in
 LoopVectorizePass; with the nests outlined, `opt` took 3.05 s instead of 5.91 s
 (docs/cpu-performance.md, "Cold compile"). Separate functions are also what lets
-lowering/cpu_codegen.py split the module and generate code for the parts in
+lowering/cpu/codegen.py split the module and generate code for the parts in
 parallel. And a model's layers repeat their nests: the GPT forward graph's 209
 nests are 98 distinct functions, compiled once each.
 
 How: the upstream transform `transform.loop.outline` on every `scf.for` and
 `scf.forall` directly in a public function's body, before the parallel ones
-become OpenMP regions (cpu_pipeline.to_loops). The new functions are private and
+become OpenMP regions (stages.to_loops). The new functions are private and
 `noinline` (LLVM would inline a function with one caller straight back), with
 names `<function>$nest<k>`. The outliner turns everything a nest uses from outside
 into arguments; two facts LLVM had inside `main` are given back: constants (loop
@@ -28,7 +28,7 @@ import re
 from mlir import ir, passmanager
 from mlir.dialects.transform import interpreter
 
-from .i1_storage import walk
+from ..bufferize.i1_storage import walk
 
 TAG = "lazymlir.outline"
 # The memref arguments (indices) of an outlined nest that are `noalias`: recorded on
@@ -38,7 +38,7 @@ NOALIAS = "lazymlir.noalias_args"
 # Below this many top-level nests the whole function is small: nothing to gain.
 MIN_NESTS = 8
 # The loops outlined: sequential nests, and parallel ones before they become OpenMP
-# regions (lowering/cpu_parallel.py).
+# regions (lowering/cpu/parallel.py).
 NEST_OPS = ("scf.for", "scf.forall")
 
 

@@ -1,10 +1,10 @@
 """CPU threads: the `scf.forall` loops of the CPU schedule run on all cores.
 
-Which loops: only those the CPU strategies emit as `scf.forall` (cpu_fusion's
-loops over blocks of rows; cpu_schedule's matmul tiles, and the outermost
+Which loops: only those the CPU strategies emit as `scf.forall` (fusion's
+loops over blocks of rows; schedule's matmul tiles, and the outermost
 loop of large elementwise ops and row reductions), and only when their work
 is at least `MIN_PARALLEL_ELEMENTS` results or iterations, or
-`cpu_schedule.MIN_PARALLEL_FLOPS` multiply-adds; smaller ones run in order
+`schedule.MIN_PARALLEL_FLOPS` multiply-adds; smaller ones run in order
 (`scf.for`), because handing blocks to other threads costs more than it saves.
 
 How: `scf-forall-to-parallel`, then upstream MLIR's OpenMP path
@@ -39,7 +39,7 @@ PARALLEL_PASSES = (
 )
 
 # The OpenMP runtime functions the translated loops call (LLVM's libomp ABI);
-# cpu_codegen refuses a graph that calls any other, and targets/cpu_threads.py
+# codegen refuses a graph that calls any other, and targets/cpu_threads.py
 # defines exactly these.
 OPENMP_ENTRY_POINTS = frozenset({
     "__kmpc_fork_call", "__kmpc_global_thread_num", "__kmpc_barrier",

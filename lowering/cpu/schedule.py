@@ -6,7 +6,7 @@ from the ops' static shapes) tiles, vectorizes and lowers exactly those ops;
 everything else keeps the scalar `convert-linalg-to-loops` path that follows
 in the pipeline (and LLVM's loop vectorizer at -O3).
 
-Strategies (tile sizes for the host's vector registers, lowering/cpu_isa.py; the
+Strategies (tile sizes for the host's vector registers, lowering/cpu/isa.py; the
 same code is correct on any x86-64, llc picks the host's vector width):
 
 - contraction (`linalg.matmul`, `linalg.batch_matmul`, f32, static shapes):
@@ -36,19 +36,19 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from . import cpu_isa, cpu_parallel
-from .mlir_runner import PipelineFailure, map_results, walk
+from . import isa, parallel
+from ..mlir_runner import PipelineFailure, map_results, walk
 
 TAG = "lazymlir.schedule"
 
 # Register tiles, reduction steps and transpose tiles depend on the host's vector
-# registers: cpu_isa.py (8 x 32 accumulators on AVX-512, 6 x 16 or 4 x 16 on AVX2).
+# registers: isa.py (8 x 32 accumulators on AVX-512, 6 x 16 or 4 x 16 on AVX2).
 # Cache tile caps (M x N x K): a 256 x 32 slice of B (32 KiB) stays in L1
 # while a 64-row block of A streams past it.
 CACHE_M, CACHE_N, CACHE_K = 64, 256, 256
 # Contractions of at least this many multiply-adds (batch x M x N x K) run
 # their (M, N) cache tiles on all cores: ~20 us of work on one core, against a
-# few microseconds to hand blocks to PyTorch's OpenMP threads (cpu_parallel).
+# few microseconds to hand blocks to PyTorch's OpenMP threads (parallel).
 # The old 32M, set for MLIR's async runtime, kept an MLP step's 64x256x512
 # matmuls (8.4M) on one core.
 MIN_PARALLEL_FLOPS = 2 * 1024 * 1024
@@ -158,10 +158,10 @@ def _contraction_plan(op, index: int) -> Plan | None:
         return None
     a, b = shapes[0], shapes[1]
     m, k, n = a[-2], a[-1], b[-1]
-    isa = cpu_isa.host()
-    rm = _largest_divisor(m, isa.reg_m)
-    rn = _largest_divisor(n, isa.reg_n)
-    rk = _largest_divisor(k, isa.reg_k)
+    vectors = isa.host()
+    rm = _largest_divisor(m, vectors.reg_m)
+    rn = _largest_divisor(n, vectors.reg_n)
+    rk = _largest_divisor(k, vectors.reg_k)
     if rm == 1 or rn == 1:
         return None  # tiny or odd shapes: the scalar loops are as good
     cm, cn, ck = _cache_tile(m, rm, CACHE_M), _cache_tile(n, rn, CACHE_N), \
@@ -171,7 +171,7 @@ def _contraction_plan(op, index: int) -> Plan | None:
     h = f"%op{index}"
     script = ""
     # Large enough: the (M, N) cache tiles (and batches) are an scf.forall, which
-    # runs on all cores (cpu_parallel); the rest of the schedule is per tile.
+    # runs on all cores (parallel); the rest of the schedule is per tile.
     parallel = nbatch * m * n * k >= MIN_PARALLEL_FLOPS
     if parallel:
         pm, pn = _parallel_tiles(m, n, cm, cn, rm, rn, nbatch)
@@ -256,11 +256,11 @@ def _innermost_reduction_plan(op, index: int) -> Plan | None:
     loop_sizes = _loop_sizes(op, rank)
     if loop_sizes is None:
         return None
-    isa = cpu_isa.host()
+    vectors = isa.host()
     libm = _libm_calls(op)
     if libm & _NO_VECTOR_FORM:
         return None
-    steps = (LIBM_LANES,) if libm else isa.reduction_tiles
+    steps = (LIBM_LANES,) if libm else vectors.reduction_tiles
     rk = _largest_divisor(loop_sizes[-1], steps)
     if rk == 1:
         return None
@@ -307,12 +307,12 @@ def _libm_calls(op) -> set[str]:
 def _parallel_outer_blocks(handle: str, index: int, loop_sizes: list[int],
                            iterators: list[str]) -> tuple[str, str]:
     """(transform ops, handle of the op inside): the op's outermost loop split into up to
-    PARALLEL_BLOCKS blocks of an scf.forall (cpu_parallel: they run on all cores) when
+    PARALLEL_BLOCKS blocks of an scf.forall (parallel: they run on all cores) when
     the op's iterations are at least MIN_PARALLEL_ELEMENTS; ("", handle) otherwise."""
     total = 1
     for extent in loop_sizes:
         total *= extent
-    if total < cpu_parallel.MIN_PARALLEL_ELEMENTS or loop_sizes[0] < 2 or \
+    if total < parallel.MIN_PARALLEL_ELEMENTS or loop_sizes[0] < 2 or \
             "parallel" not in iterators[0]:
         return "", handle
     blocks = min(loop_sizes[0], PARALLEL_BLOCKS)
@@ -362,7 +362,7 @@ def _contiguous_inner(maps, rank: int) -> bool:
 
 
 # Element types of vectorized elementwise ops: float32 and the bytes that hold bools
-# (lowering/i1_storage.py: masks, where/select conditions).
+# (lowering/bufferize/i1_storage.py: masks, where/select conditions).
 _ELEMENTWISE_TYPES = frozenset(("f32", "i8", "i1"))
 
 
@@ -380,7 +380,7 @@ def _elementwise_vector_plan(op, index: int) -> Plan | None:
     no alias check, no scalar copy, nothing left for LLVM's vectorizer.
     Payloads calling exp, log, pow, sin, cos or tan step LIBM_LANES (libmvec calls);
     other libm calls (tanh, erf...) keep LLVM's vectorizer, which maps them to
-    libmvec variants (cpu_vector_math); so do transposed operands and inner extents
+    libmvec variants (vector_math); so do transposed operands and inner extents
     that no vector tile divides."""
     if op.operation.name != "linalg.generic":
         return None
@@ -404,7 +404,7 @@ def _elementwise_vector_plan(op, index: int) -> Plan | None:
     loop_sizes = _loop_sizes(op, rank)
     if loop_sizes is None:
         return None
-    lanes = cpu_isa.host().lanes
+    lanes = isa.host().lanes
     # Steps of one libmvec call where the payload calls libm (LIBM_LANES).
     steps = (LIBM_LANES,) if libm else tuple(lanes * r for r in ELEMENTWISE_REGISTERS)
     vt = _largest_divisor(loop_sizes[-1], steps)
@@ -472,7 +472,7 @@ def _transpose_plan(op, index: int) -> Plan | None:
     shape = _static_shape(operands[1].type)
     if shape is None:
         return None
-    edges = cpu_isa.host().transpose_tiles
+    edges = isa.host().transpose_tiles
     tiles = [1] * (rank - 2) + [_largest_divisor(d, edges) for d in shape[-2:]]
     if 1 in tiles[-2:]:
         return None
@@ -502,7 +502,7 @@ def _parallel_tile_blocks(handle: str, index: int, shape: list[int],
     1-D elementwise op, whose one loop is also its vector loop); ("", handle,
     shape[0]) for small ones."""
     tiles_0 = shape[0] // tiles[0]
-    if math.prod(shape) < cpu_parallel.MIN_PARALLEL_ELEMENTS or tiles_0 < 2:
+    if math.prod(shape) < parallel.MIN_PARALLEL_ELEMENTS or tiles_0 < 2:
         return "", handle, shape[0]
     # Equal blocks of whole tiles: a partial block would be a dynamic-size tile.
     blocks = max(b for b in range(1, min(tiles_0, PARALLEL_BLOCKS) + 1) if tiles_0 % b == 0)
@@ -729,7 +729,7 @@ def build_script(module, isolated: list | None = None,
             "  transform.named_sequence @__transform_main("
             "%root: !transform.any_op {transform.readonly}) {\n"
             + "".join(body) + _FINISH.replace("{transpose_lowering}",
-                                              cpu_isa.host().transpose_lowering)
+                                              isa.host().transpose_lowering)
             + "    transform.yield\n  }\n}\n")
 
 

@@ -25,7 +25,7 @@ import ctypes.util
 import re
 from functools import cache
 
-from ..support import host_isa
+from ...support import host_isa
 
 # (scalar type, vector ISA letter, lanes) per glibc's x86_64 vector ABI: AVX2 ('d')
 # and AVX-512 ('e').

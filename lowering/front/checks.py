@@ -4,7 +4,7 @@ An out-of-range index (`x[idx]`, gather, scatter, index_select, embedding,
 index_put, index_add...) or an integer division/remainder by zero is an error
 in eager PyTorch, but undefined behaviour in the compiled code: it read
 garbage, aborted in a torch-mlir `cf.assert`, or killed the process with
-SIGFPE. `instrument(graph)` rewrites an fx-stage document (lowering/fx_graph.py)
+SIGFPE. `instrument(graph)` rewrites an fx-stage document (lowering/front/fx_graph.py)
 so that such an op can do no harm and the graph reports it:
 
 - each index tensor `i` of a dim of size `n` is replaced by

@@ -7,8 +7,9 @@ textual, which was verified to round-trip.
 
 from __future__ import annotations
 
-from . import fx_graph, graph_inputs, numerics, tmtensor, unused_results
-from .mlir_runner import TORCH_MLIR, print_module, run_pipeline
+from . import fx_graph, numerics, tmtensor, unused_results
+from ..bufferize import graph_inputs
+from ..mlir_runner import TORCH_MLIR, print_module, run_pipeline
 
 TORCH_BACKEND_PIPELINE = (
     "builtin.module("
@@ -38,7 +39,7 @@ def import_fx(fx_text: str):
     importer = FxImporter(context=TORCH_MLIR.context())
     importer.import_stateless_graph(gm.graph, func_name="main")
     pairs = fx_graph.in_place_pairs(graph)
-    if pairs:  # for bufferization (lowering/graph_inputs.py)
+    if pairs:  # for bufferization (lowering/bufferize/graph_inputs.py)
         _mark_in_place(importer.module, pairs)
     # Re-parse so the caller gets a module with the usual text form.
     return run_pipeline(TORCH_MLIR, print_module(importer.module), None)

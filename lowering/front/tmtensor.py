@@ -26,7 +26,7 @@ tensor's first use. `to_loops` adds the marker to exactly those, and marks the
 
 from __future__ import annotations
 
-from .mlir_runner import TORCH_MLIR, PipelineFailure, print_module, run_pipeline, walk
+from ..mlir_runner import TORCH_MLIR, PipelineFailure, print_module, run_pipeline, walk
 
 # torch-mlir passes, run on the output of torch-mlir's linalg pipeline when it has
 # TMTensor ops.
@@ -119,7 +119,7 @@ def _mark_restrict(module) -> None:
 
 def _mark_read_only(module) -> None:
     """Mark every `to_buffer` `read_only`: the loops only read through them (the result
-    is a fresh buffer). Graph inputs are not writable (graph_inputs.py), so a
+    is a fresh buffer). Graph inputs are not writable (bufferize/graph_inputs.py), so a
     `to_buffer` of one that might be written made bufferization copy the input first."""
     with module.context:
         for op in walk(module.operation):

@@ -17,7 +17,7 @@ its binding's `ir` module).
 
 from __future__ import annotations
 
-from .mlir_runner import walk
+from ..mlir_runner import walk
 
 
 def drop_unused_results(module, ir) -> int:

@@ -23,7 +23,7 @@ a block-sized buffer, and workgroup memory is a buffer per block (address spaces
 dropped: the CPU has one). Barriers inside control flow and private memory attributions
 are rejected (no generated kernel has them yet).
 
-A top-level `gpu.shuffle` (the row reductions' warp butterflies, gpu_warp_reduce.py)
+A top-level `gpu.shuffle` (the row reductions' warp butterflies, gpu/kernels/warp_reduce.py)
 becomes a store of each thread's value into a block-sized workgroup buffer, a barrier,
 and a load of the source lane's slot (its warp's base + the PTX `shfl.sync` source lane
 for width 32; `valid` as PTX, an invalid lane reads its own value): the barrier's phase
@@ -31,7 +31,7 @@ boundary is the exchange. Consecutive shuffles alternate between two buffers per
 as one's loads share a phase with the next one's stores. Shuffles inside control flow,
 widths other than 32 and blocks that are not whole warps are rejected.
 
-Warp-level matrix ops (`gpu.subgroup_mma_*`, the tensor-core matmul of gpu_mma.py)
+Warp-level matrix ops (`gpu.subgroup_mma_*`, the tensor-core matmul of gpu/kernels/mma.py)
 have no per-thread meaning: a fragment is spread over the 32 lanes of a warp in a
 layout PTX leaves unspecified, and every lane must execute the op together. Every lane
 of a warp executes them uniformly (the kernels issue them outside any divergent
@@ -70,9 +70,9 @@ from pathlib import Path
 from mlir import ir, passmanager
 from mlir.dialects import arith, func, gpu, memref, scf
 
-from .gpu_matmul import unroll_barrier_loops
-from .gpu_pipeline import GpuLoweringError, gpu_modules
-from .mlir_runner import PipelineFailure
+from .kernels.matmul import unroll_barrier_loops
+from .pipeline import GpuLoweringError, gpu_modules
+from ..mlir_runner import PipelineFailure
 
 EMULATOR_MAGIC = b"LZEMU2\0\0"
 ENTRY_PREFIX = "__lzemu_"
@@ -92,7 +92,7 @@ def _pipeline(verify: bool) -> str:
         "expand-strided-metadata,"
         # memref ops (atomic_rmw included: llvm.atomicrmw) -> LLVM.
         "finalize-memref-to-llvm,"
-        # 16-byte accesses of elementwise kernels (gpu_vectorize.py): vector.load/store.
+        # 16-byte accesses of elementwise kernels (gpu/kernels/vectorize.py): vector.load/store.
         "convert-vector-to-llvm,"
         # fpowi/ipowi with i64 exponents -> software loops (as on the CPU target).
         "convert-math-to-funcs,convert-scf-to-cf,"
@@ -625,7 +625,7 @@ def emulator_images(module: ir.Module, verify: bool = False) -> list[tuple[str, 
     The modules are merged into as few shared objects as their symbols allow (usually
     one per graph, shared by all its modules: a training step has 100+ gpu.modules, and
     a build is four tool runs)."""
-    from .cpu_codegen import build_shared_object
+    from ..cpu.codegen import build_shared_object
 
     names = [ir.StringAttr(gm.attributes["sym_name"]).value for gm in gpu_modules(module)]
     lowered = [emulation_module(gm, verify, symbol_prefix(name))
@@ -686,7 +686,7 @@ def _merge(lowered: list[str], context) -> tuple[list[str], list[int]]:
 
 def emulator_images_from_text(text: str, verify: bool = False) -> list[tuple[str, bytes]]:
     """Same, from `gpu`- or `plan`-stage text (a dumped stage file, or a stage result)."""
-    from .gpu_stages import parse
+    from .stages import parse
 
     # On the CPU there is one address space: workgroup memory is a per-block buffer.
     text = _GPU_ADDRESS_SPACE.sub("", text)

@@ -1,6 +1,6 @@
 """Host launch plan of the CUDA path: host func -> `Plan` -> `lzrt` IR / runtime text.
 
-After `gpu_pipeline.to_gpu` the public host function only allocates, launches, copies,
+After `pipeline.to_gpu` the public host function only allocates, launches, copies,
 memsets and frees. This module reads it (the `gpu` or `nvvm` stage: kernels may already
 be NVVM, gpu.binary ops count as modules too) into a `Plan`, which can be written as
 
@@ -27,8 +27,8 @@ from dataclasses import asdict, dataclass, field
 
 from mlir import ir
 
-from .gpu_pipeline import GpuLoweringError, host_func
-from .lzrt_dialect import load_lzrt
+from .pipeline import GpuLoweringError, host_func
+from .lzrt import load_lzrt
 
 
 @dataclass
@@ -261,7 +261,7 @@ class _Extractor:
             src_t, dst_t = op.operands[0].type, op.operands[1].type
             # A dense view (a block of rows, a chunk along the first dim) is one byte
             # range at its offset; the gpu stage makes other copies kernels
-            # (gpu_stages.host_copies_to_linalg).
+            # (stages.host_copies_to_linalg).
             if not is_contiguous(src_t) or not is_contiguous(dst_t):
                 raise GpuLoweringError(f"memref.copy of a strided view is not a contiguous "
                                        f"byte range: {op}")

@@ -1,9 +1,9 @@
 """Loader for the `lzrt` runtime dialect (IRDL) into an upstream `mlir.ir.Context`.
 
 The dialect is the `plan` stage of the CUDA path (see dialects/README.md). Its IRDL
-definition lives in `dialects/lzrt.irdl.mlir`, a sibling folder of `lowering/` both in the
-source tree and in the installed package (`lazymlir/lowering`, `lazymlir/dialects`), so
-one path expression finds it in both layouts.
+definition lives in `dialects/lzrt.irdl.mlir`, a sibling folder of `lowering/` (two levels
+above this file) both in the source tree and in the installed package
+(`lazymlir/lowering`, `lazymlir/dialects`), so one path expression finds it in both layouts.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 from mlir import ir
 from mlir.dialects import irdl
 
-IRDL_FILE = Path(__file__).resolve().parent.parent / "dialects" / "lzrt.irdl.mlir"
+IRDL_FILE = Path(__file__).resolve().parents[2] / "dialects" / "lzrt.irdl.mlir"
 
 _LOADED_ATTR = "_lazymlir_lzrt_loaded"
 

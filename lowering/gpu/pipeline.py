@@ -8,19 +8,19 @@ in this LLVM 22 build, and it yields correct PTX for every sample graph):
 
 0. Python: runs of row ops over the same rows (softmax, log_softmax, layer_norm: row
    reductions and row maps) become one kernel, one block per row, the row in registers
-   (`gpu_row_fusion.py`).
+   (`kernels/row_fusion.py`).
 1. `linalg-generalize-named-ops`: matmul/fill/transpose become `linalg.generic`, so the
    Python rewrites below only ever see one op kind.
 2. Python: iteration dims of every generic are permuted so that parallel dims come first.
    `convert-linalg-to-parallel-loops` only puts the *outermost* run of parallel dims in an
    `scf.parallel`; a reduction dim in front would leave a host-side `scf.for` around it.
 3. Python: f16/bf16 contractions with M, N >= 16 become the tensor-core (WMMA) kernel
-   of `gpu_mma.py`; f32 contractions (matmul, batch matmul, transposed operands) with
-   M, N >= 32 become the shared-memory tiled kernel of `gpu_matmul.py`. Reductions over contiguous
-   rows (the innermost input dim is reduced: row sums/max/mean, softmax/layer_norm
-   statistics, full reductions) become one block per row (or per row slice) with a
-   shared-memory tree (`gpu_row_reduce.py`). Of the rest, reductions whose parallel
-   extent is small (full reductions above all) are split: `scf.parallel` over (kept
+   of `kernels/mma.py`; f32 contractions (matmul, batch matmul, transposed operands) with
+   M, N >= 32 become the shared-memory tiled kernel of `kernels/matmul.py`. Reductions over
+   contiguous rows (the innermost input dim is reduced: row sums/max/mean,
+   softmax/layer_norm statistics, full reductions) become one block per row (or per row
+   slice) with a shared-memory tree (`kernels/row_reduce.py`). Of the rest, reductions
+   whose parallel extent is small (full reductions above all) are split: `scf.parallel` over (kept
    dims, chunk), each thread folds one chunk serially in a register, then combines it
    into the output with one `memref.atomic_rmw` (two-level scheme: no identity element
    is needed, the output was initialised by the preceding fill). Other reductions stay
@@ -33,16 +33,16 @@ in this LLVM 22 build, and it yields correct PTX for every sample graph):
    `scf-parallel-loop-tiling` sizes nor `gpu-map-parallel-loops` (dim 0 -> x) offer.
    Elementwise loops whose accesses are contiguous and 16-byte aligned in groups of 4
    give each thread 4 consecutive elements through `vector.load`/`vector.store`
-   (`gpu_vectorize.py`; the nvvm stage marks the pointer arguments `.align 16`).
+   (`kernels/vectorize.py`; the nvvm stage marks the pointer arguments `.align 16`).
 6. `convert-parallel-loops-to-gpu`, `gpu-kernel-outlining` (see `GPU_PIPELINE`).
 
 Transposes feeding matmuls or elementwise ops were folded into their consumers'
 indexing maps before bufferization (`transpose_folding.py`): no copy kernel.
 
 Shared memory is used by row reductions, fused row runs and float matmuls with M and
-N >= 32 (`gpu_matmul.py`: 128x128 tiles through shared memory, 8x8 register tiles,
+N >= 32 (`kernels/matmul.py`: 128x128 tiles through shared memory, 8x8 register tiles,
 FMA); smaller matmuls stay one thread per output element. f16/bf16 matmuls with M and
-N >= 16 use tensor cores (`gpu_mma.py`: WMMA fragments from shared-memory tiles).
+N >= 16 use tensor cores (`kernels/mma.py`: WMMA fragments from shared-memory tiles).
 """
 
 from __future__ import annotations
@@ -55,14 +55,14 @@ from dataclasses import dataclass
 from mlir import ir, passmanager
 from mlir.dialects import arith, gpu, scf
 
-from .gpu_reductions import _cidx, _walk, split_reductions
-from .gpu_host_loops import parallelize_host_loops
-from .gpu_matmul import tile_matmuls
-from .gpu_mma import align_fragment_memory, tile_mma_matmuls
-from .gpu_row_fusion import fuse_row_runs
-from .gpu_row_reduce import row_reductions
-from .gpu_vectorize import align_kernel_params, vector_width, vectorize_body
-from .mlir_runner import PipelineFailure
+from .kernels.reductions import _cidx, _walk, split_reductions
+from .kernels.host_loops import parallelize_host_loops
+from .kernels.matmul import tile_matmuls
+from .kernels.mma import align_fragment_memory, tile_mma_matmuls
+from .kernels.row_fusion import fuse_row_runs
+from .kernels.row_reduce import row_reductions
+from .kernels.vectorize import align_kernel_params, vector_width, vectorize_body
+from ..mlir_runner import PipelineFailure
 
 
 @dataclass
@@ -81,7 +81,7 @@ class GpuOptions:
     split_below: int = 65536
     opt_level: int = 3
     libdevice: str | None = None
-    # f16/bf16 matmuls on tensor cores (gpu_mma.py, WMMA); False: the FP32 path.
+    # f16/bf16 matmuls on tensor cores (gpu/kernels/mma.py, WMMA); False: the FP32 path.
     tensor_cores: bool = True
 
 
@@ -94,7 +94,7 @@ def _opts(options) -> GpuOptions:
     return GpuOptions(**{k: v for k, v in dict(options).items() if k in known})
 
 
-# The elementwise fusion the `bufferized` stage starts with (cpu_pipeline.BUFFERIZE_PIPELINE
+# The elementwise fusion the `bufferized` stage starts with (bufferize.stage.BUFFERIZE_PIPELINE
 # runs it for both targets), so that elementwise/broadcast chains become one generic
 # (hence one kernel); tests/python/gpu_samples.py prepares its samples with it.
 LINALG_FUSION_PIPELINE = (

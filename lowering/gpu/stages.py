@@ -2,7 +2,7 @@
 
 Each takes the previous stage's MLIR text, parses it in a fresh upstream context
 (with the `lzrt` dialect loaded where the text holds lzrt ops), calls the GPU
-lowering in `gpu_pipeline` / `launch_plan` and returns the upstream module whose
+lowering in `pipeline` / `launch_plan` and returns the upstream module whose
 printed form is the stage output:
 
     gpu    outlined gpu.modules + the host func.func with gpu.launch_func
@@ -29,16 +29,16 @@ import tempfile
 from mlir import ir, passmanager
 from mlir.dialects import arith, cf, gpu
 
-from . import gpu_pipeline, launch_plan
-from .lzrt_dialect import load_lzrt
-from .mlir_runner import UPSTREAM, PipelineFailure, run_pipeline
+from . import launch_plan, pipeline
+from .lzrt import load_lzrt
+from ..mlir_runner import UPSTREAM, PipelineFailure, run_pipeline
 
 
-def gpu_options(options) -> gpu_pipeline.GpuOptions:
+def gpu_options(options) -> pipeline.GpuOptions:
     """stages.Options (or None/dict) -> the GPU lowering's options."""
-    if options is None or isinstance(options, (dict, gpu_pipeline.GpuOptions)):
-        return gpu_pipeline._opts(options)
-    return gpu_pipeline.GpuOptions(chip=getattr(options, "chip", "sm_90") or "sm_90")
+    if options is None or isinstance(options, (dict, pipeline.GpuOptions)):
+        return pipeline._opts(options)
+    return pipeline.GpuOptions(chip=getattr(options, "chip", "sm_90") or "sm_90")
 
 
 def parse(text: str, transform=None) -> ir.Module:
@@ -66,7 +66,7 @@ def host_copies_to_linalg(module: ir.Module) -> None:
     from mlir.dialects import linalg
 
     with module.context, ir.Location.unknown(module.context):
-        for op in list(gpu_pipeline.host_func(module).regions[0].blocks[0].operations):
+        for op in list(pipeline.host_func(module).regions[0].blocks[0].operations):
             if op.operation.name != "memref.copy":
                 continue
             src, dst = op.operands
@@ -139,7 +139,7 @@ def to_gpu(text: str, options) -> ir.Module:
     def run(module):
         host_copies_to_linalg(module)
         hide_asserts(module)
-        gpu_pipeline.to_gpu(module, gpu_options(options))
+        pipeline.to_gpu(module, gpu_options(options))
         restore_asserts(module)
         # Constants now read inside kernels were copied into their gpu.modules by the
         # outlining; the host's private memref.globals are left unused.
@@ -173,12 +173,12 @@ def to_plan(text: str, options) -> ir.Module:
 
 def to_nvvm(text: str, options) -> ir.Module:
     """`plan` -> `nvvm`: kernels to NVVM/LLVM; the plan (or a host func) is left as is."""
-    return parse(text, lambda m: gpu_pipeline.to_nvvm(m, gpu_options(options)))
+    return parse(text, lambda m: pipeline.to_nvvm(m, gpu_options(options)))
 
 
 def to_ptx(text: str, options) -> ir.Module:
     """`nvvm` -> `ptx`: every gpu.module becomes a gpu.binary holding PTX text."""
-    return parse(text, lambda m: gpu_pipeline.to_ptx(m, gpu_options(options)))
+    return parse(text, lambda m: pipeline.to_ptx(m, gpu_options(options)))
 
 
 def to_cubin(text: str, options) -> ir.Module:
@@ -186,8 +186,8 @@ def to_cubin(text: str, options) -> ir.Module:
     opts = gpu_options(options)
 
     def run(module):
-        if gpu_pipeline.gpu_modules(module):
-            gpu_pipeline.to_cubin(module, opts)
+        if pipeline.gpu_modules(module):
+            pipeline.to_cubin(module, opts)
         else:
             _ptx_binaries_to_cubin(module, opts)
     return parse(text, run)
@@ -196,7 +196,7 @@ def to_cubin(text: str, options) -> ir.Module:
 def _ptxas(ptx: str, chip: str) -> bytes:
     exe = shutil.which("ptxas")
     if exe is None:
-        raise gpu_pipeline.GpuLoweringError("the cubin stage needs NVIDIA's `ptxas` on PATH")
+        raise pipeline.GpuLoweringError("the cubin stage needs NVIDIA's `ptxas` on PATH")
     with tempfile.TemporaryDirectory() as tmp:
         src, out = os.path.join(tmp, "k.ptx"), os.path.join(tmp, "k.cubin")
         with open(src, "w") as f:
@@ -204,7 +204,7 @@ def _ptxas(ptx: str, chip: str) -> bytes:
         done = subprocess.run([exe, f"-arch={chip}", src, "-o", out],
                               capture_output=True, text=True)
         if done.returncode:
-            raise gpu_pipeline.GpuLoweringError(f"ptxas failed: {done.stderr.strip()}")
+            raise pipeline.GpuLoweringError(f"ptxas failed: {done.stderr.strip()}")
         with open(out, "rb") as f:
             return f.read()
 

@@ -4,7 +4,7 @@ torch-mlir lowers `w.t()` / `permute` to a `linalg.transpose` of its own, and `x
 to a `linalg.matmul` of the transposed tensor. Bufferized as is, the transpose is a
 kernel of its own that writes a permuted copy (L2-bound: one side of it is strided) which
 the matmul then reads back. The matmul kernels read their operands through the indexing
-map anyway (`gpu_matmul.contraction_maps`, `stage_tile`), so the copy buys nothing:
+map anyway (`gpu.kernels.matmul.contraction_maps`, `stage_tile`), so the copy buys nothing:
 here the consumer reads the transpose's input through the composed map instead.
 
 `fold_transposes` runs before the `bufferized` stage's pipeline (cuda target only; the
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from mlir import ir
 
-from .i1_storage import walk
+from ..bufferize.i1_storage import walk
 
 _MATMULS = ("linalg.matmul", "linalg.batch_matmul")
 

@@ -20,7 +20,7 @@ for name in ("PATH", "HOME", "CUDA_HOME", "CUDA_PATH", "PYTHONPATH", "LD_LIBRARY
         config.environment[name] = os.environ[name]
 # Stage tests never read or write the user's persistent compile cache (~/.cache/lazymlir).
 config.environment["LAZYMLIR_CACHE_DIR"] = "off"
-# The CPU schedule's tiles follow the host's vector registers (lowering/cpu_isa.py):
+# The CPU schedule's tiles follow the host's vector registers (lowering/cpu/isa.py):
 # the expected tiles of tests/lit/loops are AVX-512's on every machine.
 config.environment["LAZYMLIR_CPU_VECTOR_ISA"] = "avx512"
 

@@ -16,8 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_samples  # noqa: E402
 from mlir import ir  # noqa: E402
 
-from lazymlir.lowering import gpu_pipeline as gp  # noqa: E402
-from lazymlir.lowering import launch_plan as lp  # noqa: E402
+from lazymlir.lowering.gpu import pipeline as gp  # noqa: E402
+from lazymlir.lowering.gpu import launch_plan as lp  # noqa: E402
 
 NAMES = sorted(gpu_samples.SAMPLES)
 

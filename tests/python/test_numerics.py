@@ -1,4 +1,4 @@
-"""Edge-case numerics match eager PyTorch on the CPU (issue 11, lowering/numerics.py).
+"""Edge-case numerics match eager PyTorch on the CPU (issue 11, lowering/front/numerics.py).
 
 Each case failed before the rewrites (value noted) and is compared with eager.
 """

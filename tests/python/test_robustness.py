@@ -2,7 +2,7 @@
 
 Out-of-range indices and integer division by zero used to read garbage, abort
 (SIGABRT in a compiled `cf.assert`) or kill the process (SIGFPE); now they
-raise eager's error class and message at the sync point (lowering/checks.py).
+raise eager's error class and message at the sync point (lowering/front/checks.py).
 The cases that crashed run in a child process.
 """
 
@@ -244,7 +244,7 @@ THREADS_CHILD = textwrap.dedent("""
 def test_two_threads_training_their_own_models_match_eager():
     """Each thread traces and syncs its own tensors (trace state is per thread; graph
     building, the caches and execution are under the session lock). On c437398 one
-    thread failed with IndexError in lowering/fx_graph.py."""
+    thread failed with IndexError in lowering/front/fx_graph.py."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAZYMLIR_")}
     env.update(LAZYMLIR_TARGET="cpu")
     done = subprocess.run([sys.executable, "-c", THREADS_CHILD], env=env, capture_output=True,
@@ -255,7 +255,7 @@ def test_two_threads_training_their_own_models_match_eager():
 
 
 def test_instrument_clamps_indices_guards_divisors_and_adds_one_flag():
-    from lazymlir.lowering import checks, fx_graph
+    from lazymlir.lowering.front import checks, fx_graph
 
     ref = lambda kind, i: {"ref": [kind, i, 0]}  # noqa: E731
     graph = {"format": fx_graph.FORMAT, "version": fx_graph.VERSION, "scalars": [],

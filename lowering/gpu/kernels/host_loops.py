@@ -1,6 +1,6 @@
 """Serial loop nests left on the host (TMTensor scans and scatters) -> parallel loops.
 
-torch-mlir's `tm-tensor-to-loops` (lowering/tmtensor.py) lowers `cumsum`/`cumprod`
+torch-mlir's `tm-tensor-to-loops` (lowering/front/tmtensor.py) lowers `cumsum`/`cumprod`
 (scans) and `scatter`/`index_put` to nests of `scf.for` over buffers: serial where
 the op needs it (a scan carries its running value along one dim; a scatter with
 repeated indices accumulates in order), but every other dim is independent. The gpu

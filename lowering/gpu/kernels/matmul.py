@@ -1,7 +1,7 @@
 """Matmul / batch matmul as a shared-memory tiled kernel with 8x8 register tiles and FMA.
 
 A generalized contraction `C[b.., i, j] += A[..] * B[..]` (iterators parallel.., i, j
-parallel, k reduction, after gpu_pipeline puts parallel dims first; A and B index any
+parallel, k reduction, after gpu.pipeline puts parallel dims first; A and B index any
 two of i/j/k, so `x @ w.t()` and `x.t() @ g` qualify) becomes a `gpu.launch`:
 
     grid  = batch x ceil(M / 128) x ceil(N / 128) blocks of 256 threads (16 x 16),
@@ -36,8 +36,8 @@ import math
 from mlir import ir
 from mlir.dialects import affine, arith, gpu, math as mmath, memref, scf
 
-from .gpu_reductions import _cidx, _extents, _walk
-from .gpu_row_reduce import _fill_before
+from .reductions import _cidx, _extents, _walk
+from .row_reduce import _fill_before
 
 BM = BN = 128
 BK = 16
@@ -59,7 +59,7 @@ def contraction_maps(op):
     """The indexing maps of `op` if it has the shape of a contraction on buffers, C[batch..,
     i, j] (+)= A[..] (*) B[..] (iterators batch.., i, j parallel, k reduction; A indexes
     batch.., i, k and B batch.., k, j, in any order after the batch dims), else None.
-    The body and element types are the caller's to check (here and in gpu_mma.py)."""
+    The body and element types are the caller's to check (here and in mma.py)."""
     if len(op.inputs) != 2 or len(op.outputs) != 1:
         return None
     if not all(isinstance(v.type, ir.MemRefType) for v in list(op.inputs) + list(op.outputs)):
@@ -105,7 +105,7 @@ def stage_tile(src, amap, n, fixed, rows_dim, k_dim, row0, k0, rows_ext, k_ext, 
                rows_tile: int, bk: int, threads: int, k_major_smem: bool, elem) -> None:
     """All `threads` threads copy a rows_tile x bk tile of `src` into smem, zero outside
     the matrix, widened to `elem`; smem is [kk][r] (k_major_smem) or [r][kk]. Shared by
-    this kernel and the tensor-core one (gpu_mma.py)."""
+    this kernel and the tensor-core one (mma.py)."""
     # Consecutive threads walk k when k indexes the operand's contiguous (last) dim:
     # coalesced loads either way.
     k_fastest = ir.AffineDimExpr(amap.results[-1]).position == k_dim
@@ -232,7 +232,7 @@ def tile_origin(bid, tiles_m: int, tiles_n: int, batch_ext: list[int], bm: int, 
 def rewrite_contractions(module, match, rewrite, min_mn: int) -> int:
     """Call `rewrite(op, match(op))` on every top-level contraction generic that `match`
     accepts and whose M and N are at least `min_mn` (and K at least 1); returns how many.
-    Shared by this kernel and the tensor-core one (gpu_mma.py)."""
+    Shared by this kernel and the tensor-core one (mma.py)."""
     count = 0
     for op in _walk(module, "linalg.generic"):
         if op.operation.parent.name != "func.func":

@@ -4,7 +4,7 @@ torch-mlir lowers an f16/bf16 `mm`/`bmm`/`linear` to a contraction with f16/bf16
 inputs and an f32 output (`extf`, `extf`, `mulf`, `addf`: eager's f32 accumulation),
 followed by an elementwise `truncf` to the input dtype (eager's one rounding of the
 output). This module rewrites that contraction (any two of i/j/k indexing A and B, as
-in gpu_matmul.py) into a `gpu.launch` using MLIR's warp-collective
+in matmul.py) into a `gpu.launch` using MLIR's warp-collective
 `gpu.subgroup_mma_*` ops, which `convert-gpu-to-nvvm` lowers to `nvvm.wmma.*`
 (PTX `wmma.load` / `wmma.mma.sync` / `wmma.store`):
 
@@ -30,7 +30,7 @@ tensor-core rate (tf32 runs at half of it on H100) and twice the shared memory. 
 alternative, `nvvm.mma.sync` m16n8k16 bf16, takes per-lane register fragments in
 PTX's lane layout, which would need a hand-written fragment layout here and cross-lane
 exchange in the emulator; WMMA fragments are opaque and warp-uniform, which the
-emulator can run (gpu_emulator.py: one lane per warp executes each fragment op).
+emulator can run (gpu/emulator.py: one lane per warp executes each fragment op).
 
 Shared-memory rows are padded by 16 bytes (bank conflicts of the fragment loads);
 every fragment starts 32-byte aligned (WMMA's requirement: row offsets are multiples
@@ -38,7 +38,7 @@ of 16 rows of 80/272 (f16) or 144/528 (f32) bytes, columns multiples of 16 eleme
 Edge tiles: out-of-range elements of A/B are staged as zero, and the output goes
 through the per-warp staging tile Cs and a guarded store, so M, N, K need not be
 multiples of anything. The output's initial value is the constant fill right before
-(folded) or read once at the end, as in gpu_matmul.py.
+(folded) or read once at the end, as in matmul.py.
 """
 
 from __future__ import annotations
@@ -48,9 +48,9 @@ import math
 from mlir import ir
 from mlir.dialects import affine, arith, gpu, memref, scf
 
-from .gpu_matmul import contraction_maps, rewrite_contractions, stage_tile, tile_origin
-from .gpu_reductions import _cidx, _extents, _walk
-from .gpu_row_reduce import _fill_before
+from .matmul import contraction_maps, rewrite_contractions, stage_tile, tile_origin
+from .reductions import _cidx, _extents, _walk
+from .row_reduce import _fill_before
 
 BM = BN = 128
 BK = 32

@@ -242,7 +242,7 @@ def _out_results(out_map, npar):  # noqa: ARG001
 def split_reductions(module, chunk: int = 64, split_below: int = 65536) -> int:
     """Rewrite the reductions worth splitting; return how many were rewritten.
 
-    Expects generics with parallel dims first (gpu_pipeline interchanges them)."""
+    Expects generics with parallel dims first (gpu.pipeline interchanges them)."""
     count = 0
     for op in _walk(module, "linalg.generic"):
         iters = [str(a) for a in ir.ArrayAttr(op.attributes["iterator_types"])]

@@ -15,7 +15,7 @@ thread. The ops run in program order inside the kernel:
   vector (weights: loaded) or a first load of a global row, and stores them to global
   memory only if the buffer is used after the run (a graph output, say);
 * a row reduction folds its n values in a register, combines the block's partials
-  with warp shuffles (gpu_warp_reduce.block_allreduce: a xor butterfly per warp, one
+  with warp shuffles (warp_reduce.block_allreduce: a xor butterfly per warp, one
   top-level `gpu.barrier` and one shared word per warp in its own buffer, the warp
   partials combined by shuffles in every warp), so every thread holds the total; it
   combines the initial value (the constant fill), and thread 0 stores it if the buffer
@@ -39,8 +39,8 @@ import math
 from mlir import ir
 from mlir.dialects import affine, arith, gpu, memref, scf
 
-from .gpu_reductions import _cidx, _extents, _match, clone_body
-from .gpu_warp_reduce import block_allreduce, partials_needed, shuffleable
+from .reductions import _cidx, _extents, _match, clone_body
+from .warp_reduce import block_allreduce, partials_needed, shuffleable
 
 MAX_PER_THREAD = 8
 MAX_THREADS = 1024

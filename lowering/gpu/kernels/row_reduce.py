@@ -6,7 +6,7 @@ A `linalg.generic` reduction whose innermost (contiguous) input dim is reduced,
 
 (`x.sum(-1)`, `amax(-1)`, the max and sum of softmax, the mean/variance sums of
 layer_norm, full reductions) becomes a `gpu.launch` built here, before the
-`convert-linalg-to-parallel-loops` route of gpu_pipeline:
+`convert-linalg-to-parallel-loops` route of gpu.pipeline:
 
     grid  = |P| * G blocks (G blocks share one row when there are too few rows),
     block = T threads (a power of two, 32 <= T <= 256, <= |R| / G),
@@ -14,7 +14,7 @@ layer_norm, full reductions) becomes a `gpu.launch` built here, before the
 
     acc = f(ins[p, g*T + t])                                (every thread has one)
     for r = (g + G)*T + t; r < |R|; r += G*T: acc = comb(acc, f(ins[p, r]))
-    total = block_allreduce(acc)      (gpu_warp_reduce.py: xor-shuffle butterfly per
+    total = block_allreduce(acc)      (warp_reduce.py: xor-shuffle butterfly per
                                        warp, lane 0 -> smem[warp], one barrier, the
                                        T/32 partials combined by shuffles)
     t == 0: out[p] = comb(out[p], total)        (G > 1: one atomic per block)
@@ -36,7 +36,7 @@ a thread in flight).
 
 The block combines in registers with warp shuffles and one barrier (log2(T) + 1
 barriers and T words of shared memory with a shared-memory tree). The emulator driver
-(lowering/gpu_emulator.py) runs each top-level `gpu.shuffle` as a phase boundary, like
+(lowering/gpu/emulator.py) runs each top-level `gpu.shuffle` as a phase boundary, like
 a barrier, so the shuffles are emitted outside any `scf.if`. Accumulation types are
 unchanged (64-bit and 16-bit values move as 32-bit shuffles of their bits). Combiners
 without an atomic (mulf/muli) always use G = 1.
@@ -49,7 +49,7 @@ import math
 from mlir import ir
 from mlir.dialects import affine, arith, gpu, memref, scf
 
-from .gpu_reductions import (
+from .reductions import (
     ATOMIC_KINDS,
     GENERIC_KINDS,
     _body_values,
@@ -58,11 +58,11 @@ from .gpu_reductions import (
     _match,
     _walk,
 )
-from .gpu_warp_reduce import WARP, block_allreduce, partials_needed
+from .warp_reduce import WARP, block_allreduce, partials_needed
 
 # Largest block; a power of two (the tree halves it).
 MAX_THREADS = 256
-# Rows shorter than this stay one thread per row (gpu_pipeline's default route).
+# Rows shorter than this stay one thread per row (gpu.pipeline's default route).
 MIN_ROW = 32
 # Blocks wanted in flight: 132 SMs (H100 SXM) x 4 blocks of 256 threads. Fewer rows than
 # this split each row over G blocks combined by atomics.
@@ -269,7 +269,7 @@ def row_reductions(module) -> int:
     """Rewrite every reduction over contiguous rows of at least MIN_ROW elements into a
     block-per-row gpu.launch; return how many were rewritten.
 
-    Expects generics with parallel dims first (gpu_pipeline interchanges them)."""
+    Expects generics with parallel dims first (gpu.pipeline interchanges them)."""
     count = 0
     for op in _walk(module, "linalg.generic"):
         if op.operation.parent.name != "func.func":

@@ -4,12 +4,12 @@ An elementwise kernel with one thread per element issues 4-byte loads and stores
 thread that asks for 16 bytes at once (`ld.global.v4.b32`) needs a quarter of the
 memory instructions for the same bytes. Two parts, both needed for NVPTX to emit them:
 
-1. `vector_width(loop)` (gpu stage, before `gpu_pipeline` maps the loop to threads): an
+1. `vector_width(loop)` (gpu stage, before `gpu.pipeline` maps the loop to threads): an
    `scf.parallel` whose body is flat (loads, stores, arith/math; no nested loops) and
    whose every access that depends on the innermost induction variable is contiguous in
    it (the last index, stride 1, 4-byte elements, other strides and the static offset
    multiples of 4, so each group of 4 starts 16 bytes apart from the buffer's base), with
-   an innermost extent divisible by 4, gets width 4. `gpu_pipeline._map_parallel_loop`
+   an innermost extent divisible by 4, gets width 4. `gpu.pipeline._map_parallel_loop`
    then gives each thread 4 consecutive elements and `vectorize_body` emits one
    `vector.load` / `vector.store` of 4 elements per contiguous access, the scalar body
    once per lane in between. (4 unrolled scalar accesses left to LLVM's load/store
@@ -33,7 +33,7 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import arith, vector
 
-from .gpu_reductions import _cidx
+from .reductions import _cidx
 
 WIDTH = 4  # elements per thread: 16 bytes of f32/i32
 ALIGN = 16  # bytes claimed for a kernel pointer argument
@@ -176,10 +176,10 @@ def vectorize_body(loop, ivs: list[ir.Value], width: int, anchor) -> None:
 def align_kernel_params(module: ir.Module) -> None:
     """`llvm.align = 16` on every kernel pointer argument the plan passes at a multiple
     of 16 bytes from a buffer's start at all its launches (nvvm stage)."""
-    from .gpu_pipeline import gpu_modules
-    from .launch_plan import extract_plan, lzrt_to_plan
+    from ..pipeline import gpu_modules
+    from ..launch_plan import extract_plan, lzrt_to_plan
 
-    # The host side is a func.func with launches (gpu_pipeline.to_nvvm on a `gpu` module)
+    # The host side is a func.func with launches (gpu.pipeline.to_nvvm on a `gpu` module)
     # or already the lzrt plan (the `nvvm` stage after `plan`).
     host_is_plan = any(op.operation.name == "func.func" and "lzrt." in str(op)
                        for op in module.body.operations)

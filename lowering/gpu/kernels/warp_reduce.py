@@ -1,5 +1,5 @@
-"""Block-wide reductions with warp shuffles, for the row kernels (gpu_row_reduce.py and
-gpu_row_fusion.py).
+"""Block-wide reductions with warp shuffles, for the row kernels (row_reduce.py and
+row_fusion.py).
 
 Each thread holds one partial value (its register accumulator). `block_allreduce`
 combines the T partials of a block (T a power of two, 32 <= T <= 1024) so that every
@@ -15,7 +15,7 @@ One barrier instead of log2(T) + 1 of a shared-memory tree, and W words of share
 instead of T. Every warp reduces the W partials (not only the first one): it costs no
 more time than one warp doing it, thread 0 and every lane of a fused kernel get the total
 without a second barrier and broadcast, and the shuffles stay at the top level of the
-kernel, outside any `scf.if` - which the emulator driver (gpu_emulator.py) needs: it runs
+kernel, outside any `scf.if` - which the emulator driver (gpu/emulator.py) needs: it runs
 a shuffle as a phase boundary of its thread loops, like a barrier.
 
 A xor butterfly gives every lane the same bits when `comb` is commutative (IEEE add,
@@ -34,7 +34,7 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import arith, gpu, memref, scf
 
-from .gpu_reductions import _cidx
+from .reductions import _cidx
 
 WARP = 32
 

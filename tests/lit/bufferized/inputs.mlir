@@ -1,6 +1,6 @@
 // RUN: lazymlir-opt %s --stage=bufferized | FileCheck %s
 
-// Graph inputs are read-only (lowering/graph_inputs.py): an op whose destination is an
+// Graph inputs are read-only (lowering/bufferize/graph_inputs.py): an op whose destination is an
 // input works on a copy. Only a result the graph names an in-place update of an input
 // (`lazymlir.in_place`, [input, result]) is written into that input, and it is no longer
 // a result: the function has no out-parameter for it.

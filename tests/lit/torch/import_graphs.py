@@ -2,7 +2,7 @@
 # fx graph JSON -> torch dialect: views/copies and a multi-op graph.
 import json
 
-from lazymlir.lowering.torch_stages import import_fx
+from lazymlir.lowering.front.stages import import_fx
 from lazymlir.lowering.mlir_runner import print_module
 
 

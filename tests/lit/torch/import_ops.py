@@ -2,7 +2,7 @@
 # fx graph JSON -> torch dialect (torch-mlir's FxImporter), one graph per op kind.
 import json
 
-from lazymlir.lowering.torch_stages import import_fx
+from lazymlir.lowering.front.stages import import_fx
 from lazymlir.lowering.mlir_runner import print_module
 
 

@@ -1,9 +1,9 @@
 # RUN: %PYTHON %s | FileCheck %s
-# fx graph JSON -> torch dialect with lowering/numerics.py's rewrites, one graph per rule.
+# fx graph JSON -> torch dialect with lowering/front/numerics.py's rewrites, one graph per rule.
 import json
 
 from lazymlir.lowering.mlir_runner import print_module
-from lazymlir.lowering.torch_stages import import_fx
+from lazymlir.lowering.front.stages import import_fx
 
 
 def run(name, inputs, op, args, out, kwargs=None):
