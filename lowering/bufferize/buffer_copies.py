@@ -22,7 +22,7 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import linalg
 
-from .i1_storage import walk
+from ..mlir_runner import walk
 
 
 def unshare_fills(module: ir.Module) -> None:
@@ -33,7 +33,8 @@ def unshare_fills(module: ir.Module) -> None:
         if op.name == "linalg.fill" and isinstance(op.results[0].type, ir.RankedTensorType):
             fills.append(op)
 
-    walk(module.operation, collect)
+    for op in walk(module.operation):
+        collect(op)
     for fill in fills:
         uses = [(use.owner, use.operand_number) for use in fill.results[0].uses]
         for owner, operand in uses[1:]:
@@ -64,7 +65,8 @@ def strided_copies_to_loops(module: ir.Module) -> None:
                 _contiguous(ir.MemRefType(v.type)) for v in op.operands):
             copies.append(op)
 
-    walk(module.operation, collect)
+    for op in walk(module.operation):
+        collect(op)
     for copy in copies:
         source, target = copy.operands
         with ir.InsertionPoint(copy), copy.location:

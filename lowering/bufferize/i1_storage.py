@@ -28,8 +28,7 @@ import numpy as np
 from mlir import ir
 from mlir.dialects import arith, linalg
 
-from .. import mlir_runner
-from ..mlir_runner import PipelineFailure
+from ..mlir_runner import PipelineFailure, walk
 
 # Ops that only move, view or hold buffers: retyping their memref operands and
 # results is all they need (strides and offsets count elements, and an i1
@@ -67,12 +66,6 @@ def _as_bytes(t: ir.Type) -> ir.Type:
     return ir.UnrankedMemRefType.get(i8, t.memory_space)
 
 
-def walk(op: ir.Operation, visit) -> None:
-    """Call `visit` on `op` and every op nested in it, parents first."""
-    for nested in mlir_runner.walk(op):
-        visit(nested)
-
-
 def store_bools_as_bytes(module: ir.Module) -> None:
     """Rewrite `module` (upstream bindings, bufferized) in place; no-op without i1 buffers."""
     touching: list[tuple[ir.Operation, list[int]]] = []  # op, indices of its i1-memref operands
@@ -96,7 +89,8 @@ def store_bools_as_bytes(module: ir.Module) -> None:
                 values.extend(a for a in block.arguments if _i1_memref(a.type))
 
     with module.context, ir.Location.unknown():
-        walk(module.operation, collect)
+        for op in walk(module.operation):
+            collect(op)
         if not values and not globals_:
             return
         for op, _ in touching:

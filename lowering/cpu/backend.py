@@ -9,6 +9,7 @@ from ..backend import Backend, Stage, final_text
 from ..bufferize import graph_inputs
 from ..bufferize.stage import BUFFERIZE_PIPELINE, Preparation, with_empty_tensor_elimination
 from ..contracts import DialectContract
+from ..mlir_runner import walk
 from .codegen import SO_NAME, build_shared_object
 
 # After cpu.fusion: its loops write their blocks of rows through
@@ -20,8 +21,10 @@ from .codegen import SO_NAME, build_shared_object
 ROWS_BUFFERIZE_PIPELINE = with_empty_tensor_elimination(BUFFERIZE_PIPELINE).replace(
     "canonicalize,cse)", "canonicalize,cse,canonicalize)")
 
-# Contractions the CPU schedule tiles and vectorizes (schedule.py).
-_CONTRACTION = re.compile(r"\blinalg\.(batch_)?matmul\b")
+# Contractions the CPU schedule tiles and vectorizes (schedule.py), as ops and in the
+# stage's input text.
+_CONTRACTIONS = ("linalg.matmul", "linalg.batch_matmul")
+_CONTRACTION_TEXT = re.compile(r"\blinalg\.(batch_)?matmul\b")
 
 
 def _choose_pipeline(text: str) -> tuple[str, str]:
@@ -46,7 +49,8 @@ def _contraction_fused(text: str, module) -> bool:
     # LayerNorm) into the contraction: recomputed per multiply-add, in a
     # generic the schedule cannot tile (scalar loops, ~100x slower in a
     # GPT step). Such graphs are bufferized without elementwise fusion.
-    return len(_CONTRACTION.findall(str(module))) < len(_CONTRACTION.findall(text))
+    left = sum(op.name in _CONTRACTIONS for op in walk(module))
+    return left < len(_CONTRACTION_TEXT.findall(text))
 
 
 def package(final, directory, **_options) -> dict:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import arith
 
-from ..bufferize.i1_storage import walk
+from ..mlir_runner import walk
 
 
 def _element(t: ir.Type) -> ir.Type:
@@ -39,7 +39,8 @@ def split_double_to_bfloat16(module: ir.Module) -> None:
                 and isinstance(_element(op.operands[0].type), ir.F64Type):
             found.append(op)
 
-    walk(module.operation, collect)
+    for op in walk(module.operation):
+        collect(op)
     for op in found:
         source = op.operands[0]
         f32 = _with_element(source.type, ir.F32Type.get())

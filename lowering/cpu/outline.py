@@ -28,7 +28,7 @@ import re
 from mlir import ir, passmanager
 from mlir.dialects.transform import interpreter
 
-from ..bufferize.i1_storage import walk
+from ..mlir_runner import walk
 
 TAG = "lazymlir.outline"
 # The memref arguments (indices) of an outlined nest that are `noalias`: recorded on
@@ -120,8 +120,7 @@ def _merge_identical(module: ir.Module, functions: dict) -> None:
             first[key] = name
     if not replaced:
         return
-    calls: list[ir.Operation] = []
-    walk(module.operation, lambda op: calls.append(op) if op.name == "func.call" else None)
+    calls = [op for op in walk(module.operation) if op.name == "func.call"]
     for op in calls:
         callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
         if callee in replaced:
@@ -141,7 +140,8 @@ def _constants_into_callees(module: ir.Module, functions: dict) -> None:
         if op.name == "func.call":  # in the scf.execute_region the outliner leaves
             calls.append(op)
 
-    walk(module.operation, collect)
+    for op in walk(module.operation):
+        collect(op)
     for op in calls:
         callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
         if callee not in functions:

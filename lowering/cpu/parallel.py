@@ -24,6 +24,8 @@ as tasks of MLIR's async runtime (`async-parallel-for`), a second pool.
 
 from __future__ import annotations
 
+from ..mlir_runner import walk
+
 # Marks an scf.forall to run in order on the calling thread (work too small).
 SEQUENTIAL = "lazymlir.sequential"
 # Loops over fewer result elements than this stay on the calling thread (eager's
@@ -69,7 +71,7 @@ def run_small_loops_in_order(module) -> None:
     from mlir import ir
     from mlir.dialects.transform import interpreter
 
-    if SEQUENTIAL not in str(module):
+    if not any(SEQUENTIAL in op.attributes for op in walk(module)):
         return
     script = ir.Module.parse(_IN_ORDER)
     interpreter.apply_named_sequence(module.operation, script.body.operations[0], script)

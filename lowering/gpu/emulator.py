@@ -71,7 +71,9 @@ from mlir import ir, passmanager
 from mlir.dialects import arith, func, gpu, memref, scf
 
 from .kernels.matmul import unroll_barrier_loops
-from .pipeline import GpuLoweringError, gpu_modules
+from .ir import GpuLoweringError, gpu_modules
+from .stages import parse
+from ..cpu.codegen import build_shared_object
 from ..mlir_runner import PipelineFailure
 
 EMULATOR_MAGIC = b"LZEMU2\0\0"
@@ -625,7 +627,6 @@ def emulator_images(module: ir.Module, verify: bool = False) -> list[tuple[str, 
     The modules are merged into as few shared objects as their symbols allow (usually
     one per graph, shared by all its modules: a training step has 100+ gpu.modules, and
     a build is four tool runs)."""
-    from ..cpu.codegen import build_shared_object
 
     names = [ir.StringAttr(gm.attributes["sym_name"]).value for gm in gpu_modules(module)]
     lowered = [emulation_module(gm, verify, symbol_prefix(name))
@@ -686,7 +687,6 @@ def _merge(lowered: list[str], context) -> tuple[list[str], list[int]]:
 
 def emulator_images_from_text(text: str, verify: bool = False) -> list[tuple[str, bytes]]:
     """Same, from `gpu`- or `plan`-stage text (a dumped stage file, or a stage result)."""
-    from .stages import parse
 
     # On the CPU there is one address space: workgroup memory is a per-block buffer.
     text = _GPU_ADDRESS_SPACE.sub("", text)

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 
 from mlir import ir
 
-from .pipeline import GpuLoweringError, host_func
+from .ir import GpuLoweringError, host_func
 from .lzrt import load_lzrt
 
 

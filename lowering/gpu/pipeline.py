@@ -55,14 +55,15 @@ from dataclasses import dataclass
 from mlir import ir, passmanager
 from mlir.dialects import arith, gpu, scf
 
-from .kernels.reductions import _cidx, _walk, split_reductions
+from .ir import GpuLoweringError, cidx, gpu_modules, host_func
+from .kernels.reductions import split_reductions
 from .kernels.host_loops import parallelize_host_loops
 from .kernels.matmul import tile_matmuls
 from .kernels.mma import align_fragment_memory, tile_mma_matmuls
 from .kernels.row_fusion import fuse_row_runs
 from .kernels.row_reduce import row_reductions
 from .kernels.vectorize import align_kernel_params, vector_width, vectorize_body
-from ..mlir_runner import PipelineFailure
+from ..mlir_runner import walk
 
 
 @dataclass
@@ -85,7 +86,8 @@ class GpuOptions:
     tensor_cores: bool = True
 
 
-def _opts(options) -> GpuOptions:
+def resolve_options(options) -> GpuOptions:
+    """GpuOptions from None, GpuOptions or a dict (unknown keys ignored)."""
     if options is None:
         return GpuOptions()
     if isinstance(options, GpuOptions):
@@ -171,34 +173,8 @@ HOST_OK = {
 HOST_ARITH_OK = ("arith.",)
 
 
-class GpuLoweringError(PipelineFailure):
-    """The graph cannot be lowered for CUDA (message names the offending op)."""
-
-
 def _run(module: ir.Module, pipeline: str) -> None:
     passmanager.PassManager.parse(pipeline, module.context).run(module.operation)
-
-
-def _funcs(module: ir.Module):
-    return [op for op in module.body.operations if op.operation.name == "func.func"]
-
-
-def host_func(module: ir.Module):
-    """The single public `func.func` (the graph entry) of a lowered module."""
-    funcs = [
-        f
-        for f in _funcs(module)
-        if "sym_visibility" not in f.attributes
-        or ir.StringAttr(f.attributes["sym_visibility"]).value == "public"
-    ]
-    if len(funcs) != 1:
-        raise GpuLoweringError(f"expected one public func.func, found {len(funcs)}")
-    return funcs[0]
-
-
-def gpu_modules(module: ir.Module):
-    """gpu.module ops in body order: the `module_index` used by the launch plan."""
-    return [op for op in module.body.operations if op.operation.name == "gpu.module"]
 
 
 def check_host(module: ir.Module) -> None:
@@ -218,7 +194,7 @@ def check_host(module: ir.Module) -> None:
 
 
 def _interchange_parallel_first(module: ir.Module) -> None:
-    for op in _walk(module, "linalg.generic"):
+    for op in [op.opview for op in walk(module) if op.name == "linalg.generic"]:
         iters = [str(ir.Attribute(a)) for a in ir.ArrayAttr(op.attributes["iterator_types"])]
         par = [i for i, t in enumerate(iters) if "parallel" in t]
         red = [i for i, t in enumerate(iters) if "parallel" not in t]
@@ -283,17 +259,17 @@ def _map_parallel_loop(loop, block_size: int) -> None:
     grid = max(1, -(-total // bsz))
     index = ir.IndexType.get()
     with ir.InsertionPoint(loop), loop.location:
-        zero, one = _cidx(0), _cidx(1)
-        new = scf.ParallelOp([], [zero, zero], [_cidx(grid), _cidx(bsz)], [one, one], [])
+        zero, one = cidx(0), cidx(1)
+        new = scf.ParallelOp([], [zero, zero], [cidx(grid), cidx(bsz)], [one, one], [])
         new.attributes["mapping"] = ir.ArrayAttr.get(
             [_mapping("block_x"), _mapping("thread_x")]
         )
         body = new.regions[0].blocks.append(index, index)
     with ir.InsertionPoint(body), loop.location:
-        lin = arith.MulIOp(body.arguments[0], _cidx(bsz)).result
+        lin = arith.MulIOp(body.arguments[0], cidx(bsz)).result
         lin = arith.AddIOp(lin, body.arguments[1]).result
         if grid * bsz != total:
-            inb = arith.CmpIOp(arith.CmpIPredicate.ult, lin, _cidx(total))
+            inb = arith.CmpIOp(arith.CmpIPredicate.ult, lin, cidx(total))
             guard = scf.IfOp(inb.result)
             inner = guard.then_block
             with ir.InsertionPoint(inner):
@@ -310,12 +286,12 @@ def _map_parallel_loop(loop, block_size: int) -> None:
             if i == 0:
                 q = rest
             else:
-                q = arith.RemUIOp(rest, _cidx(ext)).result
-                rest = arith.DivUIOp(rest, _cidx(ext)).result
+                q = arith.RemUIOp(rest, cidx(ext)).result
+                rest = arith.DivUIOp(rest, cidx(ext)).result
             if stv != 1:
-                q = arith.MulIOp(q, _cidx(stv)).result
+                q = arith.MulIOp(q, cidx(stv)).result
             if lbv != 0:
-                q = arith.AddIOp(q, _cidx(lbv)).result
+                q = arith.AddIOp(q, cidx(lbv)).result
             ivs.append(q)
         ivs.reverse()
     old_body = loop.regions[0].blocks[0]
@@ -335,12 +311,12 @@ def _wrap_serial_generics(module: ir.Module) -> None:
     """A generic with no parallel dim (rank-0 fill, an unsplittable full reduction) lowers
     to bare loads/stores or a serial scf.for: wrap it in a one-iteration scf.parallel so it
     becomes a (single-thread) kernel instead of host code touching device memory."""
-    for op in _walk(module, "linalg.generic"):
+    for op in [op.opview for op in walk(module) if op.name == "linalg.generic"]:
         iters = [str(a) for a in ir.ArrayAttr(op.attributes["iterator_types"])]
         if any("parallel" in t for t in iters):
             continue
         with ir.InsertionPoint(op), op.location:
-            zero, one = _cidx(0), _cidx(1)
+            zero, one = cidx(0), cidx(1)
             new = scf.ParallelOp([], [zero], [one], [one], [])
             body = new.regions[0].blocks.append(ir.IndexType.get())
             with ir.InsertionPoint(body):
@@ -459,7 +435,7 @@ def _fills_to_memset(module: ir.Module) -> None:
     0, -1) -> `gpu.memset`, which the plan turns into a runtime memset: no kernel."""
     import struct
 
-    for op in _walk(module, "linalg.fill"):
+    for op in [op.opview for op in walk(module) if op.name == "linalg.fill"]:
         if op.operation.parent.name != "func.func":
             continue
         value, out = op.operands[0], op.operands[1]
@@ -500,7 +476,7 @@ def _map_host_loops(module: ir.Module, opts: GpuOptions) -> None:
 
 def to_gpu(module: ir.Module, options=None) -> ir.Module:
     """`bufferized` -> `gpu`: kernels in outlined gpu.modules, host func with launch_func."""
-    opts = _opts(options)
+    opts = resolve_options(options)
     with module.context, ir.Location.unknown(module.context):
         host_func(module)
         fuse_row_runs(module)
@@ -548,7 +524,7 @@ def _target_options(opts: GpuOptions) -> str:
 
 def to_nvvm(module: ir.Module, options=None) -> ir.Module:
     """`gpu` -> `nvvm`: target attached, kernel bodies in NVVM/LLVM, bare-pointer args."""
-    opts = _opts(options)
+    opts = resolve_options(options)
     with module.context:
         _run(module, NVVM_PIPELINE.format(target=_target_options(opts)))
         _relax_atomics(module)
@@ -579,7 +555,7 @@ def _relax_atomics(module: ir.Module) -> None:
 def _needs_libdevice(module: ir.Module) -> list[str]:
     return sorted({
         ir.StringAttr(f.attributes["sym_name"]).value
-        for f in _walk(module, "llvm.func")
+        for f in [op.opview for op in walk(module) if op.name == "llvm.func"]
         if ir.StringAttr(f.attributes["sym_name"]).value.startswith("__nv_")
     })
 
@@ -611,7 +587,7 @@ def _serialize(module: ir.Module, fmt: str, opts: GpuOptions) -> dict:
 
 def to_ptx(module: ir.Module, options=None) -> dict[str, str]:
     """gpu.module name -> PTX text, in module body order. Serialises `module` in place."""
-    objs = _serialize(module, "isa", _opts(options))
+    objs = _serialize(module, "isa", resolve_options(options))
     return {k: v.decode() if isinstance(v, bytes) else v for k, v in objs.items()}
 
 
@@ -619,5 +595,5 @@ def to_cubin(module: ir.Module, options=None) -> dict[str, bytes]:
     """gpu.module name -> cubin bytes (needs `ptxas` on PATH). Serialises in place."""
     if shutil.which("ptxas") is None:
         raise GpuLoweringError("to_cubin needs NVIDIA's `ptxas` on PATH (CUDA toolkit)")
-    objs = _serialize(module, "bin", _opts(options))
+    objs = _serialize(module, "bin", resolve_options(options))
     return {k: v if isinstance(v, bytes) else v.encode("latin-1") for k, v in objs.items()}

@@ -30,14 +30,15 @@ from mlir import ir, passmanager
 from mlir.dialects import arith, cf, gpu
 
 from . import launch_plan, pipeline
+from .ir import GpuLoweringError, gpu_modules, holds_lzrt, host_func, top_funcs
 from .lzrt import load_lzrt
-from ..mlir_runner import UPSTREAM, PipelineFailure, run_pipeline
+from ..mlir_runner import UPSTREAM, PipelineFailure, run_pipeline, walk
 
 
 def gpu_options(options) -> pipeline.GpuOptions:
     """stages.Options (or None/dict) -> the GPU lowering's options."""
     if options is None or isinstance(options, (dict, pipeline.GpuOptions)):
-        return pipeline._opts(options)
+        return pipeline.resolve_options(options)
     return pipeline.GpuOptions(chip=getattr(options, "chip", "sm_90") or "sm_90")
 
 
@@ -49,13 +50,9 @@ def parse(text: str, transform=None) -> ir.Module:
     return run_pipeline(UPSTREAM, text, None, before=transform, context=context)
 
 
-def _funcs(module: ir.Module) -> list:
-    return [op for op in module.body.operations if op.operation.name == "func.func"]
-
-
 def _has_plan(module: ir.Module) -> bool:
     return any(ir.StringAttr(f.attributes["sym_name"]).value == "plan"
-               and "lzrt." in str(f) for f in _funcs(module))
+               and holds_lzrt(f) for f in top_funcs(module))
 
 
 def host_copies_to_linalg(module: ir.Module) -> None:
@@ -66,7 +63,7 @@ def host_copies_to_linalg(module: ir.Module) -> None:
     from mlir.dialects import linalg
 
     with module.context, ir.Location.unknown(module.context):
-        for op in list(pipeline.host_func(module).regions[0].blocks[0].operations):
+        for op in list(host_func(module).regions[0].blocks[0].operations):
             if op.operation.name != "memref.copy":
                 continue
             src, dst = op.operands
@@ -83,18 +80,6 @@ def host_copies_to_linalg(module: ir.Module) -> None:
 _ASSERT_MARK = "lazymlir.assert:"
 
 
-def _walk_named(op, name: str) -> list:
-    found = []
-
-    def visit(o):
-        if o.name == name:
-            found.append(o)
-        return ir.WalkResult.ADVANCE
-
-    op.operation.walk(visit)
-    return found
-
-
 def hide_asserts(module: ir.Module) -> None:
     """`cf.assert %ok, "msg"` (torch-mlir's index bounds checks in gather/embedding
     loops) -> `scf.if %bad { gpu.printf "lazymlir.assert:msg" }`: upstream
@@ -104,7 +89,7 @@ def hide_asserts(module: ir.Module) -> None:
     from mlir.dialects import scf
 
     with module.context, ir.Location.unknown(module.context):
-        for op in _walk_named(module, "cf.assert"):
+        for op in [op for op in walk(module) if op.name == "cf.assert"]:
             ok = op.operands[0]
             message = ir.StringAttr(op.attributes["msg"]).value
             with ir.InsertionPoint(op), op.location:
@@ -122,7 +107,7 @@ def restore_asserts(module: ir.Module) -> None:
     failing check is a device-side assert (`__assertfail` in PTX, as in CUDA PyTorch;
     an abort naming the check on the emulator and the CPU)."""
     with module.context, ir.Location.unknown(module.context):
-        for op in _walk_named(module, "gpu.printf"):
+        for op in [op for op in walk(module) if op.name == "gpu.printf"]:
             fmt = ir.StringAttr(op.attributes["format"]).value
             branch = op.parent
             if not fmt.startswith(_ASSERT_MARK) or branch.name != "scf.if":
@@ -152,7 +137,7 @@ def _replace_host_with_plan(module: ir.Module) -> None:
     if _has_plan(module):
         return
     plan = launch_plan.host_to_lzrt(module)
-    for op in _funcs(module):
+    for op in top_funcs(module):
         op.operation.erase()
     with module.context, ir.Location.unknown():
         ip = ir.InsertionPoint.at_block_begin(module.body)
@@ -186,7 +171,7 @@ def to_cubin(text: str, options) -> ir.Module:
     opts = gpu_options(options)
 
     def run(module):
-        if pipeline.gpu_modules(module):
+        if gpu_modules(module):
             pipeline.to_cubin(module, opts)
         else:
             _ptx_binaries_to_cubin(module, opts)
@@ -196,7 +181,7 @@ def to_cubin(text: str, options) -> ir.Module:
 def _ptxas(ptx: str, chip: str) -> bytes:
     exe = shutil.which("ptxas")
     if exe is None:
-        raise pipeline.GpuLoweringError("the cubin stage needs NVIDIA's `ptxas` on PATH")
+        raise GpuLoweringError("the cubin stage needs NVIDIA's `ptxas` on PATH")
     with tempfile.TemporaryDirectory() as tmp:
         src, out = os.path.join(tmp, "k.ptx"), os.path.join(tmp, "k.cubin")
         with open(src, "w") as f:
@@ -204,7 +189,7 @@ def _ptxas(ptx: str, chip: str) -> bytes:
         done = subprocess.run([exe, f"-arch={chip}", src, "-o", out],
                               capture_output=True, text=True)
         if done.returncode:
-            raise pipeline.GpuLoweringError(f"ptxas failed: {done.stderr.strip()}")
+            raise GpuLoweringError(f"ptxas failed: {done.stderr.strip()}")
         with open(out, "rb") as f:
             return f.read()
 

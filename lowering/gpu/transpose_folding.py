@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from mlir import ir
 
-from ..bufferize.i1_storage import walk
+from ..mlir_runner import walk
 
 _MATMULS = ("linalg.matmul", "linalg.batch_matmul")
 
@@ -130,6 +130,7 @@ def fold_transposes(module: ir.Module) -> int:
         if op.name in ("linalg.transpose", "linalg.generic"):
             producers.append(op)
 
-    walk(module.operation, collect)
+    for op in walk(module.operation):
+        collect(op)
     with module.context, ir.Location.unknown(module.context):
         return sum(_fold(op) for op in producers)

@@ -36,8 +36,8 @@ import math
 from mlir import ir
 from mlir.dialects import affine, arith, gpu, math as mmath, memref, scf
 
-from .reductions import _cidx, _extents, _walk
-from .row_reduce import _fill_before
+from ..ir import cidx, fill_before, loop_extents
+from ...mlir_runner import walk
 
 BM = BN = 128
 BK = 16
@@ -110,21 +110,21 @@ def stage_tile(src, amap, n, fixed, rows_dim, k_dim, row0, k0, rows_ext, k_ext, 
     # coalesced loads either way.
     k_fastest = ir.AffineDimExpr(amap.results[-1]).position == k_dim
     for e in range(rows_tile * bk // threads):
-        idx = arith.AddIOp(tid, _cidx(e * threads)).result
+        idx = arith.AddIOp(tid, cidx(e * threads)).result
         if k_fastest:
-            kk = arith.RemUIOp(idx, _cidx(bk)).result
-            r = arith.DivUIOp(idx, _cidx(bk)).result
+            kk = arith.RemUIOp(idx, cidx(bk)).result
+            r = arith.DivUIOp(idx, cidx(bk)).result
         else:
-            r = arith.RemUIOp(idx, _cidx(rows_tile)).result
-            kk = arith.DivUIOp(idx, _cidx(rows_tile)).result
+            r = arith.RemUIOp(idx, cidx(rows_tile)).result
+            kk = arith.DivUIOp(idx, cidx(rows_tile)).result
         gr = arith.AddIOp(row0, r).result
         gk = arith.AddIOp(k0, kk).result
         inb = arith.AndIOp(
-            arith.CmpIOp(arith.CmpIPredicate.ult, gr, _cidx(rows_ext)).result,
-            arith.CmpIOp(arith.CmpIPredicate.ult, gk, _cidx(k_ext)).result).result
+            arith.CmpIOp(arith.CmpIPredicate.ult, gr, cidx(rows_ext)).result,
+            arith.CmpIOp(arith.CmpIPredicate.ult, gk, cidx(k_ext)).result).result
         branch = scf.IfOp(inb, [elem], has_else=True)
         with ir.InsertionPoint(branch.then_block):
-            ivs = [v if v is not None else _cidx(0) for v in fixed]  # unused dims: 0
+            ivs = [v if v is not None else cidx(0) for v in fixed]  # unused dims: 0
             ivs[rows_dim], ivs[k_dim] = gr, gk
             idx_v = [affine.AffineApplyOp(ir.AffineMap.get(n, 0, [x]), ivs).result
                      for x in amap.results]
@@ -138,7 +138,7 @@ def stage_tile(src, amap, n, fixed, rows_dim, k_dim, row0, k0, rows_ext, k_ext, 
 
 
 def _rewrite(op, maps) -> None:
-    ext = _extents(op)
+    ext = loop_extents(op)
     n = len(ext)
     batch_ext = ext[:n - 3]
     m_ext, n_ext, k_ext = ext[n - 3], ext[n - 2], ext[n - 1]
@@ -146,15 +146,15 @@ def _rewrite(op, maps) -> None:
     nb = math.prod(batch_ext)
     a, b = op.inputs[0], op.inputs[1]
     c = op.outputs[0]
-    fill = _fill_before(op)
+    fill = fill_before(op)
     f32 = ir.F32Type.get()
     index = ir.IndexType.get()
     workgroup = ir.Attribute.parse("#gpu.address_space<workgroup>")
     tile_t = ir.MemRefType.get([BK, BM], f32, memory_space=workgroup)
     with ir.InsertionPoint(op), op.location:
-        one = _cidx(1)
-        launch = gpu.LaunchOp.__mro__[1](None, [], _cidx(nb * tiles_m * tiles_n), one, one,
-                                         _cidx(THREADS), one, one)
+        one = cidx(1)
+        launch = gpu.LaunchOp.__mro__[1](None, [], cidx(nb * tiles_m * tiles_n), one, one,
+                                         cidx(THREADS), one, one)
         launch.attributes["workgroup_attributions"] = ir.IntegerAttr.get(
             ir.IntegerType.get_signless(64), 2)
         body = launch.regions[0].blocks.append(*([index] * 12), tile_t, tile_t)
@@ -162,16 +162,16 @@ def _rewrite(op, maps) -> None:
     a_s, b_s = body.arguments[12], body.arguments[13]
     with ir.InsertionPoint(body), op.location:
         bivs, row0, col0 = tile_origin(bid, tiles_m, tiles_n, batch_ext, BM, BN)
-        ty = arith.DivUIOp(tid, _cidx(16)).result
-        tx = arith.RemUIOp(tid, _cidx(16)).result
+        ty = arith.DivUIOp(tid, cidx(16)).result
+        tx = arith.RemUIOp(tid, cidx(16)).result
         # Thread rows/cols in the tile: t*4 + {0..3} and 64 + t*4 + {0..3}.
-        ty4, tx4 = (arith.MulIOp(v, _cidx(4)).result for v in (ty, tx))
-        rows = [arith.AddIOp(ty4, _cidx(h * 64 + q)).result for h in (0, 1) for q in range(4)]
-        cols = [arith.AddIOp(tx4, _cidx(h * 64 + q)).result for h in (0, 1) for q in range(4)]
+        ty4, tx4 = (arith.MulIOp(v, cidx(4)).result for v in (ty, tx))
+        rows = [arith.AddIOp(ty4, cidx(h * 64 + q)).result for h in (0, 1) for q in range(4)]
+        cols = [arith.AddIOp(tx4, cidx(h * 64 + q)).result for h in (0, 1) for q in range(4)]
         zero = arith.ConstantOp(f32, 0.0).result
         i_dim, j_dim, k_dim = n - 3, n - 2, n - 1
         fixed = bivs + [None, None, None]
-        loop = scf.ForOp(_cidx(0), _cidx(k_ext), _cidx(BK), [zero] * (TM * TN))
+        loop = scf.ForOp(cidx(0), cidx(k_ext), cidx(BK), [zero] * (TM * TN))
         with ir.InsertionPoint(loop.body):
             k0 = loop.induction_variable
             stage_tile(a, maps[0], n, fixed, i_dim, k_dim, row0, k0, m_ext, k_ext, tid, a_s,
@@ -181,7 +181,7 @@ def _rewrite(op, maps) -> None:
             gpu.BarrierOp()
             acc = list(loop.inner_iter_args)
             for kk in range(BK):
-                kc = _cidx(kk)
+                kc = cidx(kk)
                 av = [memref.LoadOp(a_s, [kc, r]).result for r in rows]
                 bv = [memref.LoadOp(b_s, [kc, q]).result for q in cols]
                 acc = [mmath.FmaOp(av[i], bv[j], acc[i * TN + j]).result
@@ -194,8 +194,8 @@ def _rewrite(op, maps) -> None:
             for j in range(TN):
                 gj = arith.AddIOp(col0, cols[j]).result
                 inb = arith.AndIOp(
-                    arith.CmpIOp(arith.CmpIPredicate.ult, gi, _cidx(m_ext)).result,
-                    arith.CmpIOp(arith.CmpIPredicate.ult, gj, _cidx(n_ext)).result).result
+                    arith.CmpIOp(arith.CmpIPredicate.ult, gi, cidx(m_ext)).result,
+                    arith.CmpIOp(arith.CmpIPredicate.ult, gj, cidx(n_ext)).result).result
                 branch = scf.IfOp(inb)
                 with ir.InsertionPoint(branch.then_block):
                     ivs = bivs + [gi, gj]
@@ -214,19 +214,19 @@ def _rewrite(op, maps) -> None:
 def tile_origin(bid, tiles_m: int, tiles_n: int, batch_ext: list[int], bm: int, bn: int):
     """Block id -> (batch indices, first row, first column) of its output tile: blocks
     walk the N tiles fastest, then the M tiles, then the batch dims (last fastest)."""
-    tn_i = arith.RemUIOp(bid, _cidx(tiles_n)).result
-    rest = arith.DivUIOp(bid, _cidx(tiles_n)).result
-    tm_i = arith.RemUIOp(rest, _cidx(tiles_m)).result
-    bidx = arith.DivUIOp(rest, _cidx(tiles_m)).result
+    tn_i = arith.RemUIOp(bid, cidx(tiles_n)).result
+    rest = arith.DivUIOp(bid, cidx(tiles_n)).result
+    tm_i = arith.RemUIOp(rest, cidx(tiles_m)).result
+    bidx = arith.DivUIOp(rest, cidx(tiles_m)).result
     bivs = []
     for d, e in reversed(list(enumerate(batch_ext))):
         if d == 0:
             bivs.append(bidx)
         else:
-            bivs.append(arith.RemUIOp(bidx, _cidx(e)).result)
-            bidx = arith.DivUIOp(bidx, _cidx(e)).result
+            bivs.append(arith.RemUIOp(bidx, cidx(e)).result)
+            bidx = arith.DivUIOp(bidx, cidx(e)).result
     bivs.reverse()
-    return (bivs, arith.MulIOp(tm_i, _cidx(bm)).result, arith.MulIOp(tn_i, _cidx(bn)).result)
+    return (bivs, arith.MulIOp(tm_i, cidx(bm)).result, arith.MulIOp(tn_i, cidx(bn)).result)
 
 
 def rewrite_contractions(module, match, rewrite, min_mn: int) -> int:
@@ -234,11 +234,11 @@ def rewrite_contractions(module, match, rewrite, min_mn: int) -> int:
     accepts and whose M and N are at least `min_mn` (and K at least 1); returns how many.
     Shared by this kernel and the tensor-core one (mma.py)."""
     count = 0
-    for op in _walk(module, "linalg.generic"):
+    for op in [op.opview for op in walk(module) if op.name == "linalg.generic"]:
         if op.operation.parent.name != "func.func":
             continue
         found = match(op)
-        ext = _extents(op)
+        ext = loop_extents(op)
         if found is None or ext is None:
             continue
         if ext[-3] < min_mn or ext[-2] < min_mn or ext[-1] < 1:
@@ -270,7 +270,7 @@ def unroll_barrier_loops(kernel) -> None:
         values = list(op.operands)[3:]
         for iv in range(lb, ub, st):
             with ir.InsertionPoint(op), op.location:
-                mapping = {loop_body.arguments[0]: _cidx(iv)}
+                mapping = {loop_body.arguments[0]: cidx(iv)}
             for arg, v in zip(list(loop_body.arguments)[1:], values):
                 mapping[arg] = v
             yielded = None

@@ -49,8 +49,8 @@ from mlir import ir
 from mlir.dialects import affine, arith, gpu, memref, scf
 
 from .matmul import contraction_maps, rewrite_contractions, stage_tile, tile_origin
-from .reductions import _cidx, _extents, _walk
-from .row_reduce import _fill_before
+from ..ir import cidx, fill_before, loop_extents
+from ...mlir_runner import walk
 
 BM = BN = 128
 BK = 32
@@ -106,7 +106,7 @@ def _frag_type(rows, cols, elem, which):
 
 
 def _rewrite(op, maps, kind) -> None:
-    ext = _extents(op)
+    ext = loop_extents(op)
     n = len(ext)
     batch_ext = ext[:n - 3]
     m_ext, n_ext, k_ext = ext[n - 3], ext[n - 2], ext[n - 1]
@@ -114,7 +114,7 @@ def _rewrite(op, maps, kind) -> None:
     nb = math.prod(batch_ext)
     a, b = op.inputs[0], op.inputs[1]
     c = op.outputs[0]
-    fill = _fill_before(op)
+    fill = fill_before(op)
     f32 = ir.F32Type.get()
     index = ir.IndexType.get()
     # f16: m16n16k16 on f16 fragments; bf16: widened to f32, m16n16k8 tf32 (see above).
@@ -130,9 +130,9 @@ def _rewrite(op, maps, kind) -> None:
     b_frag = _frag_type(fk, 16, elem, "BOp")
     c_frag = _frag_type(16, 16, "f32", "COp")
     with ir.InsertionPoint(op), op.location:
-        one = _cidx(1)
-        launch = gpu.LaunchOp.__mro__[1](None, [], _cidx(nb * tiles_m * tiles_n), one, one,
-                                         _cidx(THREADS), one, one)
+        one = cidx(1)
+        launch = gpu.LaunchOp.__mro__[1](None, [], cidx(nb * tiles_m * tiles_n), one, one,
+                                         cidx(THREADS), one, one)
         launch.attributes["workgroup_attributions"] = ir.IntegerAttr.get(
             ir.IntegerType.get_signless(64), 3)
         body = launch.regions[0].blocks.append(*([index] * 12), a_t, b_t, c_t)
@@ -140,21 +140,21 @@ def _rewrite(op, maps, kind) -> None:
     a_s, b_s, c_s = body.arguments[12], body.arguments[13], body.arguments[14]
     with ir.InsertionPoint(body), op.location:
         bivs, row0, col0 = tile_origin(bid, tiles_m, tiles_n, batch_ext, BM, BN)
-        warp = arith.DivUIOp(tid, _cidx(32)).result
-        lane = arith.RemUIOp(tid, _cidx(32)).result
-        wm = arith.DivUIOp(warp, _cidx(WARPS_N)).result
-        wn = arith.RemUIOp(warp, _cidx(WARPS_N)).result
+        warp = arith.DivUIOp(tid, cidx(32)).result
+        lane = arith.RemUIOp(tid, cidx(32)).result
+        wm = arith.DivUIOp(warp, cidx(WARPS_N)).result
+        wn = arith.RemUIOp(warp, cidx(WARPS_N)).result
         # The warp's fragments start at rows wm*32 + 16*i, columns wn*64 + 16*j.
-        wrow = arith.MulIOp(wm, _cidx(16 * FRAGS_M)).result
-        wcol = arith.MulIOp(wn, _cidx(16 * FRAGS_N)).result
-        frag_rows = [arith.AddIOp(wrow, _cidx(16 * i)).result for i in range(FRAGS_M)]
-        frag_cols = [arith.AddIOp(wcol, _cidx(16 * j)).result for j in range(FRAGS_N)]
+        wrow = arith.MulIOp(wm, cidx(16 * FRAGS_M)).result
+        wcol = arith.MulIOp(wn, cidx(16 * FRAGS_N)).result
+        frag_rows = [arith.AddIOp(wrow, cidx(16 * i)).result for i in range(FRAGS_M)]
+        frag_cols = [arith.AddIOp(wcol, cidx(16 * j)).result for j in range(FRAGS_N)]
         zero = arith.ConstantOp(f32, 0.0).result
         acc0 = [gpu.SubgroupMmaConstantMatrixOp(c_frag, zero).result
                 for _ in range(FRAGS_M * FRAGS_N)]
         i_dim, j_dim, k_dim = n - 3, n - 2, n - 1
         fixed = bivs + [None, None, None]
-        loop = scf.ForOp(_cidx(0), _cidx(k_ext), _cidx(BK), acc0)
+        loop = scf.ForOp(cidx(0), cidx(k_ext), cidx(BK), acc0)
         with ir.InsertionPoint(loop.body):
             k0 = loop.induction_variable
             stage_tile(a, maps[0], n, fixed, i_dim, k_dim, row0, k0, m_ext, k_ext, tid, a_s,
@@ -164,7 +164,7 @@ def _rewrite(op, maps, kind) -> None:
             gpu.BarrierOp()
             acc = list(loop.inner_iter_args)
             for ks in range(0, BK, fk):
-                kc = _cidx(ks)
+                kc = cidx(ks)
                 af = [gpu.SubgroupMmaLoadMatrixOp(a_frag, a_s, [r, kc], lda).result
                       for r in frag_rows]
                 bf = [gpu.SubgroupMmaLoadMatrixOp(b_frag, b_s, [kc, q], ldb).result
@@ -176,9 +176,9 @@ def _rewrite(op, maps, kind) -> None:
         # Epilogue: each fragment through the warp's 16x16 staging tile, then a guarded
         # store by the warp's lanes (lane l: rows 2e + l // 16, column l % 16).
         out_map = maps[2]
-        c0 = _cidx(0)
-        half = arith.DivUIOp(lane, _cidx(16)).result
-        col_in = arith.RemUIOp(lane, _cidx(16)).result
+        c0 = cidx(0)
+        half = arith.DivUIOp(lane, cidx(16)).result
+        col_in = arith.RemUIOp(lane, cidx(16)).result
         for i in range(FRAGS_M):
             for j in range(FRAGS_N):
                 gpu.SubgroupMmaStoreMatrixOp(loop.results[i * FRAGS_N + j], c_s,
@@ -186,11 +186,11 @@ def _rewrite(op, maps, kind) -> None:
                 gpu.BarrierOp()
                 gj = arith.AddIOp(arith.AddIOp(col0, frag_cols[j]).result, col_in).result
                 for e in range(8):
-                    r_in = arith.AddIOp(half, _cidx(2 * e)).result
+                    r_in = arith.AddIOp(half, cidx(2 * e)).result
                     gi = arith.AddIOp(arith.AddIOp(row0, frag_rows[i]).result, r_in).result
                     inb = arith.AndIOp(
-                        arith.CmpIOp(arith.CmpIPredicate.ult, gi, _cidx(m_ext)).result,
-                        arith.CmpIOp(arith.CmpIPredicate.ult, gj, _cidx(n_ext)).result).result
+                        arith.CmpIOp(arith.CmpIPredicate.ult, gi, cidx(m_ext)).result,
+                        arith.CmpIOp(arith.CmpIPredicate.ult, gj, cidx(n_ext)).result).result
                     branch = scf.IfOp(inb)
                     with ir.InsertionPoint(branch.then_block):
                         ivs = bivs + [gi, gj]
@@ -217,7 +217,7 @@ def align_fragment_memory(module) -> None:
     """WMMA loads and stores need 32-byte aligned addresses; workgroup buffers are only
     aligned to their element size unless the gpu.func says otherwise (`llvm.align` in
     `workgroup_attrib_attrs`, honoured by convert-gpu-to-nvvm). Run after outlining."""
-    for kernel in _walk(module, "gpu.func"):
+    for kernel in [op.opview for op in walk(module) if op.name == "gpu.func"]:
         if "workgroup_attributions" not in kernel.attributes:
             continue
         names = []

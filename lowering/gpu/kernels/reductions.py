@@ -27,6 +27,9 @@ import math
 from mlir import ir
 from mlir.dialects import affine, arith, memref, scf
 
+from ..ir import cidx, loop_extents
+from ...mlir_runner import walk
+
 # arith combiner -> memref.atomic_rmw kind. The NVVM lowering (MemRefToLLVM) turns each
 # into one llvm.atomicrmw, except mulf/muli, which have no atomicrmw form (and LLVM 22's
 # generic_atomic_rmw lowering emits an invalid f32 cmpxchg): see GENERIC_KINDS. Float max/min
@@ -51,23 +54,7 @@ ATOMIC_KINDS = {
 GENERIC_KINDS = frozenset({"mulf", "muli"})
 
 
-def _walk(module, name):
-    found = []
-
-    def cb(op):
-        if op.name == name:
-            found.append(op.opview)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(cb)
-    return found
-
-
-def _cidx(n: int) -> ir.Value:
-    return arith.ConstantOp(ir.IndexType.get(), n).result
-
-
-def _match(op):
+def match_reduction(op):
     """Return (combiner op, value e, out block arg) if `op` is a splittable reduction."""
     if len(op.outputs) != 1:
         return None
@@ -96,20 +83,6 @@ def _match(op):
     return comb, e, out_arg
 
 
-def _extents(op) -> list[int] | None:
-    """Loop extents of a generic on static memrefs (from the shapes via indexing maps)."""
-    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
-    n = maps[0].n_dims
-    ext = [None] * n
-    operands = list(op.inputs) + list(op.outputs)
-    for v, m in zip(operands, maps):
-        shape = ir.MemRefType(v.type).shape if isinstance(v.type, ir.MemRefType) else []
-        for size, expr in zip(shape, m.results):
-            if isinstance(expr, ir.AffineDimExpr):
-                ext[ir.AffineDimExpr(expr).position] = size
-    return None if any(e is None or e < 0 for e in ext) else ext
-
-
 def clone_body(block, ivs, skip, mapping):
     """Clone a linalg body's ops (all but its yield and `skip`) at the insertion point,
     with `linalg.index` replaced by `ivs` and operands remapped through `mapping`;
@@ -129,7 +102,7 @@ def clone_body(block, ivs, skip, mapping):
     return mapping
 
 
-def _body_values(op, ivs, skip, mapping):
+def body_values(op, ivs, skip, mapping):
     """Load the inputs at `ivs` and clone the body (except `skip`); return the mapping."""
     maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
     block = op.regions[0].blocks[0]
@@ -161,19 +134,19 @@ def _rewrite(op, comb, e, chunk: int, extents: list[int], npar: int) -> None:
             partials = memref.AllocOp(ir.MemRefType.get([nchunks, *par_ext], elem), [], []).result
         else:
             kind = arith.AtomicRMWKind[kind]
-        zero, one = _cidx(0), _cidx(1)
+        zero, one = cidx(0), cidx(1)
         # Chunk index outermost: consecutive threads take consecutive kept elements, so a
         # column reduction (`x.sum(0)`) reads coalesced rows.
-        ubs = [_cidx(nchunks)] + [_cidx(x) for x in par_ext]
+        ubs = [cidx(nchunks)] + [cidx(x) for x in par_ext]
         loop = scf.ParallelOp([], [zero] * len(ubs), ubs, [one] * len(ubs), [])
         body = loop.regions[0].blocks.append(*([index] * len(ubs)))
     with ir.InsertionPoint(body), op.location:
         chunk_iv = body.arguments[0]
         pivs = list(body.arguments)[1:]
-        start = arith.MulIOp(chunk_iv, _cidx(chunk)).result
-        end = arith.AddIOp(start, _cidx(chunk)).result
+        start = arith.MulIOp(chunk_iv, cidx(chunk)).result
+        end = arith.AddIOp(start, cidx(chunk)).result
         if total_r % chunk:
-            end = arith.MinUIOp(end, _cidx(total_r)).result
+            end = arith.MinUIOp(end, cidx(total_r)).result
 
         def ivs_at(r):
             ivs, rest = [], r
@@ -181,15 +154,15 @@ def _rewrite(op, comb, e, chunk: int, extents: list[int], npar: int) -> None:
                 if i == 0:
                     ivs.append(rest)
                 else:
-                    ivs.append(arith.RemUIOp(rest, _cidx(ext)).result)
-                    rest = arith.DivUIOp(rest, _cidx(ext)).result
+                    ivs.append(arith.RemUIOp(rest, cidx(ext)).result)
+                    rest = arith.DivUIOp(rest, cidx(ext)).result
             return pivs + ivs[::-1]
 
-        first = _body_values(op, ivs_at(start), comb, {})[e]
+        first = body_values(op, ivs_at(start), comb, {})[e]
         first_next = arith.AddIOp(start, one).result
         loop_r = scf.ForOp(first_next, end, one, [first])
         with ir.InsertionPoint(loop_r.body):
-            val = _body_values(op, ivs_at(loop_r.induction_variable), comb, {})[e]
+            val = body_values(op, ivs_at(loop_r.induction_variable), comb, {})[e]
             acc = loop_r.inner_iter_args[0]
             new = comb.clone()
             new.operands[0], new.operands[1] = acc, val
@@ -215,8 +188,8 @@ def _combine_partials(op, comb, partials, par_ext, nchunks, out_map, npar) -> No
     the chunks' partial results into it, in chunk order (deterministic)."""
     out = op.outputs[0]
     index = ir.IndexType.get()
-    zero, one = _cidx(0), _cidx(1)
-    ubs = [_cidx(x) for x in par_ext] or [one]  # scf.parallel needs at least one dim
+    zero, one = cidx(0), cidx(1)
+    ubs = [cidx(x) for x in par_ext] or [one]  # scf.parallel needs at least one dim
     loop = scf.ParallelOp([], [zero] * len(ubs), ubs, [one] * len(ubs), [])
     body = loop.regions[0].blocks.append(*([index] * len(ubs)))
     with ir.InsertionPoint(body):
@@ -224,7 +197,7 @@ def _combine_partials(op, comb, partials, par_ext, nchunks, out_map, npar) -> No
         out_idx = [affine.AffineApplyOp(ir.AffineMap.get(npar, 0, [x]), pivs).result
                    for x in _out_results(out_map, npar)]
         init = memref.LoadOp(out, out_idx).result
-        fold = scf.ForOp(zero, _cidx(nchunks), one, [init])
+        fold = scf.ForOp(zero, cidx(nchunks), one, [init])
         with ir.InsertionPoint(fold.body):
             part = memref.LoadOp(partials, [fold.induction_variable] + pivs).result
             new = comb.clone()
@@ -244,15 +217,15 @@ def split_reductions(module, chunk: int = 64, split_below: int = 65536) -> int:
 
     Expects generics with parallel dims first (gpu.pipeline interchanges them)."""
     count = 0
-    for op in _walk(module, "linalg.generic"):
+    for op in [op.opview for op in walk(module) if op.name == "linalg.generic"]:
         iters = [str(a) for a in ir.ArrayAttr(op.attributes["iterator_types"])]
         npar = sum("parallel" in t for t in iters)
         if npar == len(iters):
             continue
         if any(not isinstance(v.type, ir.MemRefType) for v in op.outputs):
             continue
-        extents = _extents(op)
-        matched = _match(op)
+        extents = loop_extents(op)
+        matched = match_reduction(op)
         if extents is None or matched is None:
             continue
         kept, reduced = math.prod(extents[:npar]), math.prod(extents[npar:])

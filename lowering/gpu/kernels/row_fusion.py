@@ -39,7 +39,8 @@ import math
 from mlir import ir
 from mlir.dialects import affine, arith, gpu, memref, scf
 
-from .reductions import _cidx, _extents, _match, clone_body
+from ..ir import cidx, loop_extents
+from .reductions import clone_body, match_reduction
 from .warp_reduce import block_allreduce, partials_needed, shuffleable
 
 MAX_PER_THREAD = 8
@@ -120,7 +121,7 @@ def _classify(op) -> _Op | None:
         return None
     if any(not isinstance(v.type, ir.MemRefType) for v in op.outputs):
         return None
-    extents = _extents(op)
+    extents = loop_extents(op)
     if extents is None or not extents:
         return None
     iters = [str(a) for a in ir.ArrayAttr(op.attributes["iterator_types"])]
@@ -134,7 +135,7 @@ def _classify(op) -> _Op | None:
         return _Op(op, "map", extents, roles)
     if red != [len(iters) - 1] or roles[-1] != "row":
         return None
-    matched = _match(op)
+    matched = match_reduction(op)
     if matched is None or not shuffleable(matched[1].type):
         return None  # the block reduction moves values between lanes by warp shuffles
     return _Op(op, "reduce", extents, roles, matched)
@@ -305,12 +306,12 @@ def _delinearize(lin, extents):
     ivs, rest = [], lin
     for i, ext in reversed(list(enumerate(extents))):
         if ext == 1:
-            ivs.append(_cidx(0))
+            ivs.append(cidx(0))
         elif i == 0 or all(e == 1 for e in extents[:i]):
             ivs.append(rest)
         else:
-            ivs.append(arith.RemUIOp(rest, _cidx(ext)).result)
-            rest = arith.DivUIOp(rest, _cidx(ext)).result
+            ivs.append(arith.RemUIOp(rest, cidx(ext)).result)
+            rest = arith.DivUIOp(rest, cidx(ext)).result
     return ivs[::-1]
 
 
@@ -337,7 +338,7 @@ class _Emitter:
 
     def run(self, row, tid):
         self.row, self.tid = row, tid
-        self.r = [arith.AddIOp(tid, _cidx(j * self.T)).result if j else tid
+        self.r = [arith.AddIOp(tid, cidx(j * self.T)).result if j else tid
                   for j in range(self.n)]
         reductions = 0
         for item in self.items:
@@ -358,7 +359,7 @@ class _Emitter:
         """Run compute() for element j; in the tail under `r < R` (else a zero)."""
         if not self._tail(j):
             return compute()
-        inb = arith.CmpIOp(arith.CmpIPredicate.ult, self.r[j], _cidx(self.R)).result
+        inb = arith.CmpIOp(arith.CmpIPredicate.ult, self.r[j], cidx(self.R)).result
         branch = scf.IfOp(inb, [result_type], has_else=True)
         with ir.InsertionPoint(branch.then_block):
             scf.YieldOp([compute()])
@@ -423,7 +424,7 @@ class _Emitter:
                     if shape and shape[-1] == self.R:  # same rows: no div/rem per element
                         idx = _delinearize(self.row, shape[:-1]) + [self.r[j]]
                     else:
-                        lin = arith.AddIOp(arith.MulIOp(self.row, _cidx(self.R)).result,
+                        lin = arith.AddIOp(arith.MulIOp(self.row, cidx(self.R)).result,
                                            self.r[j]).result
                         idx = _delinearize(lin, shape)
                     memref.StoreOp(value, copy_to, idx)
@@ -466,7 +467,7 @@ class _Emitter:
         for j in range(self.n):
             if self._tail(j):
                 self._preload(g, j)
-                inb = arith.CmpIOp(arith.CmpIPredicate.ult, self.r[j], _cidx(self.R)).result
+                inb = arith.CmpIOp(arith.CmpIPredicate.ult, self.r[j], cidx(self.R)).result
                 branch = scf.IfOp(inb, [e.type], has_else=True)
                 with ir.InsertionPoint(branch.then_block):
                     scf.YieldOp([combine(acc, self._value(g, j, skip=comb)[e])])
@@ -483,15 +484,15 @@ class _Emitter:
             init = self.scal[root]
         else:
             pivs = _delinearize(self.row, g.extents[:-1])
-            init = memref.LoadOp(out, _indices(maps[-1], pivs + [_cidx(0)])).result
+            init = memref.LoadOp(out, _indices(maps[-1], pivs + [cidx(0)])).result
         final = combine(init, total)
         self.scal[root] = final
         if self.last_writer[root] is g and _external(root, self.absorbed):
-            leader = arith.CmpIOp(arith.CmpIPredicate.eq, self.tid, _cidx(0)).result
+            leader = arith.CmpIOp(arith.CmpIPredicate.eq, self.tid, cidx(0)).result
             branch = scf.IfOp(leader)
             with ir.InsertionPoint(branch.then_block):
                 pivs = _delinearize(self.row, g.extents[:-1])
-                memref.StoreOp(final, out, _indices(maps[-1], pivs + [_cidx(0)]))
+                memref.StoreOp(final, out, _indices(maps[-1], pivs + [cidx(0)]))
                 scf.YieldOp([])
 
 
@@ -521,8 +522,8 @@ def _fuse(items) -> None:
     smem_types = [ir.MemRefType.get([partials], g.matched[1].type, memory_space=workgroup)
                   for g in generics if g.kind == "reduce"] if partials else []
     with ir.InsertionPoint(last), last.location:
-        one = _cidx(1)
-        launch = gpu.LaunchOp.__mro__[1](None, [], _cidx(rows), one, one, _cidx(threads),
+        one = cidx(1)
+        launch = gpu.LaunchOp.__mro__[1](None, [], cidx(rows), one, one, cidx(threads),
                                          one, one)
         launch.attributes["workgroup_attributions"] = ir.IntegerAttr.get(
             ir.IntegerType.get_signless(64), len(smem_types))

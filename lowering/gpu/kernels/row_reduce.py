@@ -49,15 +49,9 @@ import math
 from mlir import ir
 from mlir.dialects import affine, arith, gpu, memref, scf
 
-from .reductions import (
-    ATOMIC_KINDS,
-    GENERIC_KINDS,
-    _body_values,
-    _cidx,
-    _extents,
-    _match,
-    _walk,
-)
+from ..ir import cidx, fill_before, loop_extents
+from ...mlir_runner import walk
+from .reductions import ATOMIC_KINDS, GENERIC_KINDS, body_values, match_reduction
 from .warp_reduce import WARP, block_allreduce, partials_needed
 
 # Largest block; a power of two (the tree halves it).
@@ -117,56 +111,9 @@ def _delinearize(lin, extents):
         if i == 0:
             ivs.append(rest)
         else:
-            ivs.append(arith.RemUIOp(rest, _cidx(ext)).result)
-            rest = arith.DivUIOp(rest, _cidx(ext)).result
+            ivs.append(arith.RemUIOp(rest, cidx(ext)).result)
+            rest = arith.DivUIOp(rest, cidx(ext)).result
     return ivs[::-1]
-
-
-_VIEWS = ("memref.expand_shape", "memref.collapse_shape", "memref.subview",
-          "memref.reinterpret_cast", "memref.alloc")
-
-
-def _fill_before(op):
-    """(fill op, constant value) when op's output is filled with a constant right before
-    it (`linalg.fill` or the `gpu.memset` made of one; only views and allocations in
-    between), else None. The value is the reduction's initial value."""
-    out = op.outputs[0]
-    prev = op.operation
-    while True:
-        prev = _previous(prev)
-        if prev is None:
-            return None
-        if prev.name in ("linalg.fill", "gpu.memset") or _generic_fill(prev):
-            break
-        if prev.name not in _VIEWS:
-            return None
-    operands = list(prev.operands)
-    value, dst = operands[:2] if prev.name != "gpu.memset" else operands[-1:-3:-1]
-    if dst != out or prev.results and any(list(r.uses) for r in prev.results):
-        return None
-    owner = value.owner
-    owner = getattr(owner, "operation", owner)
-    if not isinstance(owner, ir.Operation) or owner.name != "arith.constant":
-        return None
-    return prev, value
-
-
-def _generic_fill(operation) -> bool:
-    """A generalized `linalg.fill`: `linalg.generic ins(%scalar) outs(%m)` yielding it."""
-    if operation.name != "linalg.generic" or len(operation.operands) != 2:
-        return False
-    if isinstance(operation.operands[0].type, ir.ShapedType):
-        return False
-    block = operation.regions[0].blocks[0]
-    ops = list(block.operations)
-    return len(ops) == 1 and ops[0].operands[0] == block.arguments[0]
-
-
-def _previous(operation):
-    block = operation.block
-    ops = [o.operation for o in block.operations]
-    i = ops.index(operation)
-    return ops[i - 1] if i else None
 
 
 def _rewrite(op, comb, e, extents: list[int], npar: int) -> None:
@@ -179,7 +126,7 @@ def _rewrite(op, comb, e, extents: list[int], npar: int) -> None:
     rows_per_block = min(MAX_THREADS // WARP, kept) if threads == WARP and per_row == 1 else 1
     # One block per row writes every output element once: a constant fill right before
     # is folded into the combine (no read of the output, no fill launch).
-    fill = _fill_before(op) if per_row == 1 else None
+    fill = fill_before(op) if per_row == 1 else None
     out = op.outputs[0]
     acc_type = e.type
     index = ir.IndexType.get()
@@ -188,10 +135,10 @@ def _rewrite(op, comb, e, extents: list[int], npar: int) -> None:
     smem_types = [ir.MemRefType.get([partials], acc_type, memory_space=workgroup)
                   ] if partials else []
     with ir.InsertionPoint(op), op.location:
-        one = _cidx(1)
+        one = cidx(1)
         grid = -(-kept // rows_per_block) * per_row
-        launch = gpu.LaunchOp.__mro__[1](None, [], _cidx(grid), one, one,
-                                         _cidx(threads * rows_per_block), one, one)
+        launch = gpu.LaunchOp.__mro__[1](None, [], cidx(grid), one, one,
+                                         cidx(threads * rows_per_block), one, one)
         launch.attributes["workgroup_attributions"] = ir.IntegerAttr.get(
             ir.IntegerType.get_signless(64), len(smem_types))
         body = launch.regions[0].blocks.append(*([index] * 12), *smem_types)
@@ -206,45 +153,45 @@ def _rewrite(op, comb, e, extents: list[int], npar: int) -> None:
     with ir.InsertionPoint(body), op.location:
         owner = None  # whether this warp's row exists (packed rows, last block)
         if per_row > 1:
-            row = arith.DivUIOp(block_x, _cidx(per_row)).result
-            part = arith.RemUIOp(block_x, _cidx(per_row)).result
+            row = arith.DivUIOp(block_x, cidx(per_row)).result
+            part = arith.RemUIOp(block_x, cidx(per_row)).result
         elif rows_per_block > 1:
-            slot = arith.AddIOp(arith.MulIOp(block_x, _cidx(rows_per_block)).result,
-                                arith.DivUIOp(tid, _cidx(WARP)).result).result
+            slot = arith.AddIOp(arith.MulIOp(block_x, cidx(rows_per_block)).result,
+                                arith.DivUIOp(tid, cidx(WARP)).result).result
             # The last block's spare warps reduce the last row again (no guard around
             # the loads and shuffles, which must stay top-level) and store nothing.
-            row, part = arith.MinUIOp(slot, _cidx(kept - 1)).result, None
+            row, part = arith.MinUIOp(slot, cidx(kept - 1)).result, None
             if kept % rows_per_block:
-                owner = arith.CmpIOp(arith.CmpIPredicate.ult, slot, _cidx(kept)).result
-            tid = arith.RemUIOp(tid, _cidx(WARP)).result  # the lane: thread of its row
+                owner = arith.CmpIOp(arith.CmpIPredicate.ult, slot, cidx(kept)).result
+            tid = arith.RemUIOp(tid, cidx(WARP)).result  # the lane: thread of its row
         else:
             row, part = block_x, None
         pivs = _delinearize(row, par_ext) if npar else []
 
         def value_at(r):
             ivs = pivs + _delinearize(r, red_ext)
-            return _body_values(op, ivs, comb, {})[e]
+            return body_values(op, ivs, comb, {})[e]
 
         stride = threads * per_row
         first = tid
         if part is not None:
-            first = arith.AddIOp(arith.MulIOp(part, _cidx(threads)).result, tid).result
+            first = arith.AddIOp(arith.MulIOp(part, cidx(threads)).result, tid).result
         acc = value_at(first)
         if total_r % stride == 0:
             # Constant trip count: LLVM unrolls it, every load of a thread in flight.
-            loop = scf.ForOp(one, _cidx(total_r // stride), one, [acc])
+            loop = scf.ForOp(one, cidx(total_r // stride), one, [acc])
             with ir.InsertionPoint(loop.body):
-                r = arith.AddIOp(arith.MulIOp(loop.induction_variable, _cidx(stride)).result,
+                r = arith.AddIOp(arith.MulIOp(loop.induction_variable, cidx(stride)).result,
                                  first).result
                 scf.YieldOp([combine(loop.inner_iter_args[0], value_at(r))])
         else:
-            start = arith.AddIOp(first, _cidx(stride)).result
-            loop = scf.ForOp(start, _cidx(total_r), _cidx(stride), [acc])
+            start = arith.AddIOp(first, cidx(stride)).result
+            loop = scf.ForOp(start, cidx(total_r), cidx(stride), [acc])
             with ir.InsertionPoint(loop.body):
                 scf.YieldOp([combine(loop.inner_iter_args[0],
                                      value_at(loop.induction_variable))])
         total = block_allreduce(loop.results[0], combine, tid, threads, smem)
-        leader = arith.CmpIOp(arith.CmpIPredicate.eq, tid, _cidx(0)).result
+        leader = arith.CmpIOp(arith.CmpIPredicate.eq, tid, cidx(0)).result
         if owner is not None:
             leader = arith.AndIOp(leader, owner).result
         branch = scf.IfOp(leader)
@@ -271,7 +218,7 @@ def row_reductions(module) -> int:
 
     Expects generics with parallel dims first (gpu.pipeline interchanges them)."""
     count = 0
-    for op in _walk(module, "linalg.generic"):
+    for op in [op.opview for op in walk(module) if op.name == "linalg.generic"]:
         if op.operation.parent.name != "func.func":
             continue
         iters = [str(a) for a in ir.ArrayAttr(op.attributes["iterator_types"])]
@@ -280,7 +227,7 @@ def row_reductions(module) -> int:
             continue
         if any(not isinstance(v.type, ir.MemRefType) for v in op.outputs):
             continue
-        extents, matched = _extents(op), _match(op)
+        extents, matched = loop_extents(op), match_reduction(op)
         if extents is None or matched is None or not _innermost_reduced(op, npar):
             continue
         comb, e, _ = matched

@@ -33,7 +33,8 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import arith, vector
 
-from .reductions import _cidx
+from ..ir import cidx, gpu_modules, holds_lzrt
+from ..launch_plan import extract_plan, lzrt_to_plan
 
 WIDTH = 4  # elements per thread: 16 bytes of f32/i32
 ALIGN = 16  # bytes claimed for a kernel pointer argument
@@ -136,7 +137,7 @@ def vectorize_body(loop, ivs: list[ir.Value], width: int, anchor) -> None:
     iv = old_body.arguments[len(ivs) - 1]
     old_ivs = list(old_body.arguments)
     with ir.InsertionPoint(anchor), anchor.location:
-        lanes = [ivs[-1]] + [arith.AddIOp(ivs[-1], _cidx(u)).result for u in range(1, width)]
+        lanes = [ivs[-1]] + [arith.AddIOp(ivs[-1], cidx(u)).result for u in range(1, width)]
     maps = []
     for u in range(width):
         mapping = {old: new for old, new in zip(old_body.arguments, ivs)}
@@ -176,12 +177,9 @@ def vectorize_body(loop, ivs: list[ir.Value], width: int, anchor) -> None:
 def align_kernel_params(module: ir.Module) -> None:
     """`llvm.align = 16` on every kernel pointer argument the plan passes at a multiple
     of 16 bytes from a buffer's start at all its launches (nvvm stage)."""
-    from ..pipeline import gpu_modules
-    from ..launch_plan import extract_plan, lzrt_to_plan
-
     # The host side is a func.func with launches (gpu.pipeline.to_nvvm on a `gpu` module)
     # or already the lzrt plan (the `nvvm` stage after `plan`).
-    host_is_plan = any(op.operation.name == "func.func" and "lzrt." in str(op)
+    host_is_plan = any(op.operation.name == "func.func" and holds_lzrt(op)
                        for op in module.body.operations)
     plan = lzrt_to_plan(module) if host_is_plan else extract_plan(module)
     aligned: dict[tuple[int, str], list[bool]] = {}

@@ -34,7 +34,7 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import arith, gpu, memref, scf
 
-from .reductions import _cidx
+from ..ir import cidx
 
 WARP = 32
 
@@ -111,16 +111,16 @@ def block_allreduce(value: ir.Value, combine, tid: ir.Value, threads: int,
     warps = threads // WARP
     if warps == 1:
         return value
-    lane = arith.RemUIOp(tid, _cidx(WARP)).result
-    first = arith.CmpIOp(arith.CmpIPredicate.eq, lane, _cidx(0)).result
+    lane = arith.RemUIOp(tid, cidx(WARP)).result
+    first = arith.CmpIOp(arith.CmpIPredicate.eq, lane, cidx(0)).result
     branch = scf.IfOp(first)
     with ir.InsertionPoint(branch.then_block):
-        memref.StoreOp(value, smem, [arith.DivUIOp(tid, _cidx(WARP)).result])
+        memref.StoreOp(value, smem, [arith.DivUIOp(tid, cidx(WARP)).result])
         scf.YieldOp([])
     gpu.BarrierOp()
     # Lanes >= W read a copy (lane % W): no identity value needed, and each group of W
     # lanes reduces the same W partials.
-    partial = memref.LoadOp(smem, [arith.RemUIOp(lane, _cidx(warps)).result]).result
+    partial = memref.LoadOp(smem, [arith.RemUIOp(lane, cidx(warps)).result]).result
     return warp_allreduce(partial, combine, warps)
 
 
