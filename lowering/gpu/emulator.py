@@ -74,7 +74,7 @@ from .kernels.matmul import unroll_barrier_loops
 from .ir import GpuLoweringError, gpu_modules
 from .stages import parse
 from ..cpu.codegen import build_shared_object
-from ..mlir_runner import PipelineFailure
+from ..mlir_runner import PipelineFailure, walk
 
 EMULATOR_MAGIC = b"LZEMU2\0\0"
 ENTRY_PREFIX = "__lzemu_"
@@ -212,7 +212,7 @@ def _kernel_to_func(kernel, module: ir.Module, prefix: str = "") -> tuple[str, l
                 op.operation.move_before(anchor)
     if len(phases) > 1:
         _keep_values_per_thread(nests, block_dim, threads)
-    for op in _walk_names(new):
+    for op in [o.name for o in walk(new, post_order=True)]:
         if op.startswith("gpu."):
             raise GpuLoweringError(f"emulator: kernel @{name} uses '{op}'"
                                    + (" inside control flow (only top-level barriers are "
@@ -237,16 +237,8 @@ def _fragment_shape(t: ir.Type) -> tuple[int, int, ir.Type, str]:
 
 
 def _collect(kernel, matches) -> list:
-    """The ops of `kernel` (nested ones too) for which `matches(op)` holds."""
-    found = []
-
-    def visit(o):
-        if matches(o):
-            found.append(o)
-        return ir.WalkResult.ADVANCE
-
-    kernel.operation.walk(visit)
-    return found
+    """The ops of `kernel` (nested ones too, innermost first) for which `matches(op)` holds."""
+    return [o for o in walk(kernel, post_order=True) if matches(o)]
 
 
 def _rejecter(name: str):
@@ -541,17 +533,6 @@ def _keep_values_per_thread(nests, block_dim, threads) -> None:
                         if flag:
                             value = arith.TruncIOp(result.type, value).result
                     owner.operands[use.operand_number] = value
-
-
-def _walk_names(op) -> list[str]:
-    names = []
-
-    def visit(o):
-        names.append(o.name)
-        return ir.WalkResult.ADVANCE
-
-    op.operation.walk(visit)
-    return names
 
 
 def _llvm_type(t: ir.Type) -> str:

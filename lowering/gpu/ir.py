@@ -1,12 +1,12 @@
 """IR helpers every part of the cuda backend uses: the error it raises, the module's host
-function and kernel modules, index constants, loop extents of a generic, and the fill
-that initialises a reduction's output.
+function and kernel modules, index constants, a `gpu.launch` with workgroup buffers, loop
+extents of a generic, and the fill that initialises a reduction's output.
 """
 
 from __future__ import annotations
 
 from mlir import ir
-from mlir.dialects import arith
+from mlir.dialects import arith, gpu
 
 from ..mlir_runner import PipelineFailure, walk
 
@@ -46,6 +46,19 @@ def holds_lzrt(op) -> bool:
 def cidx(n: int) -> ir.Value:
     """An `index` constant (at the current insertion point and location)."""
     return arith.ConstantOp(ir.IndexType.get(), n).result
+
+
+def launch_before(op, blocks: int, threads: int, buffers: list) -> ir.Block:
+    """A `gpu.launch` right before `op` of `blocks` x `threads` with the workgroup
+    `buffers` (memref types); returns its body block (arguments: 12 ids, then buffers)."""
+    index = ir.IndexType.get()
+    with ir.InsertionPoint(op), op.location:
+        one = cidx(1)
+        launch = gpu.LaunchOp.__mro__[1](None, [], cidx(blocks), one, one,
+                                         cidx(threads), one, one)
+        launch.attributes["workgroup_attributions"] = ir.IntegerAttr.get(
+            ir.IntegerType.get_signless(64), len(buffers))
+        return launch.regions[0].blocks.append(*([index] * 12), *buffers)
 
 
 def loop_extents(op) -> list[int] | None:

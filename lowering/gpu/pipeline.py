@@ -385,12 +385,9 @@ def _sink_scalar_reads(loop) -> None:
         for operand in entry[1].operands:
             need(operand)
 
-    def visit(op):
+    for op in walk(loop, post_order=True):
         for operand in op.operands:
             need(operand)
-        return ir.WalkResult.ADVANCE
-
-    loop.operation.walk(visit)
     if not needed:
         return
     body = loop.regions[0].blocks[0]
@@ -405,15 +402,12 @@ def _sink_scalar_reads(loop) -> None:
             mapping[old] = new
     clones = {c.owner for c in mapping.values()}
 
-    def replace(op):
+    for op in walk(loop, post_order=True):
         if op in clones:
-            return ir.WalkResult.ADVANCE
+            continue
         for i, operand in enumerate(op.operands):
             if operand in mapping:
                 op.operands[i] = mapping[operand]
-        return ir.WalkResult.ADVANCE
-
-    loop.operation.walk(replace)
 
 
 def _erase_dead_host_scalars(host) -> None:
@@ -542,14 +536,11 @@ def _relax_atomics(module: ir.Module) -> None:
     them `acq_rel` at system scope, which makes the NVPTX CAS loops of float max/min
     `atom.acq_rel.sys.global.cas`; relaxed at device scope (`.relaxed.gpu`) suffices."""
     for g in gpu_modules(module):
-        def visit(op):
+        for op in walk(g):
             if op.name == "llvm.atomicrmw":
                 op.attributes["ordering"] = ir.IntegerAttr.get(
                     ir.IntegerType.get_signless(64), _MONOTONIC)
                 op.attributes["syncscope"] = ir.StringAttr.get("device")
-            return ir.WalkResult.ADVANCE
-
-        g.operation.walk(visit)
 
 
 def _needs_libdevice(module: ir.Module) -> list[str]:

@@ -32,11 +32,12 @@ CPU build, which is the same computation.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 from mlir import ir
 from mlir.dialects import affine, arith, gpu, math as mmath, memref, scf
 
-from ..ir import cidx, fill_before, loop_extents
+from ..ir import cidx, fill_before, launch_before, loop_extents
 from ...mlir_runner import walk
 
 BM = BN = 128
@@ -138,26 +139,15 @@ def stage_tile(src, amap, n, fixed, rows_dim, k_dim, row0, k0, rows_ext, k_ext, 
 
 
 def _rewrite(op, maps) -> None:
-    ext = loop_extents(op)
-    n = len(ext)
-    batch_ext = ext[:n - 3]
-    m_ext, n_ext, k_ext = ext[n - 3], ext[n - 2], ext[n - 1]
-    tiles_m, tiles_n = -(-m_ext // BM), -(-n_ext // BN)
-    nb = math.prod(batch_ext)
+    n, batch_ext, m_ext, n_ext, k_ext, tiles_m, tiles_n = tile_grid(op, BM, BN)
     a, b = op.inputs[0], op.inputs[1]
     c = op.outputs[0]
     fill = fill_before(op)
     f32 = ir.F32Type.get()
-    index = ir.IndexType.get()
     workgroup = ir.Attribute.parse("#gpu.address_space<workgroup>")
     tile_t = ir.MemRefType.get([BK, BM], f32, memory_space=workgroup)
-    with ir.InsertionPoint(op), op.location:
-        one = cidx(1)
-        launch = gpu.LaunchOp.__mro__[1](None, [], cidx(nb * tiles_m * tiles_n), one, one,
-                                         cidx(THREADS), one, one)
-        launch.attributes["workgroup_attributions"] = ir.IntegerAttr.get(
-            ir.IntegerType.get_signless(64), 2)
-        body = launch.regions[0].blocks.append(*([index] * 12), tile_t, tile_t)
+    body = launch_before(op, math.prod(batch_ext) * tiles_m * tiles_n, THREADS,
+                        [tile_t, tile_t])
     bid, tid = body.arguments[0], body.arguments[3]
     a_s, b_s = body.arguments[12], body.arguments[13]
     with ir.InsertionPoint(body), op.location:
@@ -193,22 +183,53 @@ def _rewrite(op, maps) -> None:
             gi = arith.AddIOp(row0, rows[i]).result
             for j in range(TN):
                 gj = arith.AddIOp(col0, cols[j]).result
-                inb = arith.AndIOp(
-                    arith.CmpIOp(arith.CmpIPredicate.ult, gi, cidx(m_ext)).result,
-                    arith.CmpIOp(arith.CmpIPredicate.ult, gj, cidx(n_ext)).result).result
-                branch = scf.IfOp(inb)
-                with ir.InsertionPoint(branch.then_block):
-                    ivs = bivs + [gi, gj]
-                    idx = [affine.AffineApplyOp(ir.AffineMap.get(n - 1, 0, [x]), ivs).result
-                           for x in out_map.results]
-                    init = fill[1] if fill is not None else memref.LoadOp(c, idx).result
-                    value = arith.AddFOp(init, loop.results[i * TN + j]).result
-                    memref.StoreOp(value, c, idx)
-                    scf.YieldOp([])
+                accumulate_in_bounds(c, out_map, bivs, gi, gj, (m_ext, n_ext), fill,
+                                     loop.results[i * TN + j])
         gpu.TerminatorOp()
     op.operation.erase()
     if fill is not None:
         fill[0].erase()
+
+
+class TileGrid(NamedTuple):
+    """A contraction generic's loops (batch.., i, j, k) and its grid of output tiles."""
+
+    rank: int              # number of loops
+    batch: list[int]       # batch extents
+    m: int
+    n: int
+    k: int
+    tiles_m: int
+    tiles_n: int
+
+
+def tile_grid(op, bm: int, bn: int) -> TileGrid:
+    """The loops of contraction `op` and how many bm x bn tiles cover its output."""
+    ext = loop_extents(op)
+    n = len(ext)
+    m_ext, n_ext = ext[n - 3], ext[n - 2]
+    return TileGrid(n, ext[:n - 3], m_ext, n_ext, ext[n - 1], -(-m_ext // bm), -(-n_ext // bn))
+
+
+def accumulate_in_bounds(c, out_map, bivs, gi, gj, extents: tuple[int, int], fill,
+                         partial) -> None:
+    """Where (gi, gj) lies inside the M x N output: c[out_map(bivs, gi, gj)] = init +
+    partial, init being the constant of the `fill` folded into the kernel (fill_before)
+    or c's current value. `partial` is a value, or a function building it (run after
+    init is read)."""
+    m_ext, n_ext = extents
+    inb = arith.AndIOp(
+        arith.CmpIOp(arith.CmpIPredicate.ult, gi, cidx(m_ext)).result,
+        arith.CmpIOp(arith.CmpIPredicate.ult, gj, cidx(n_ext)).result).result
+    branch = scf.IfOp(inb)
+    with ir.InsertionPoint(branch.then_block):
+        ivs = bivs + [gi, gj]
+        idx = [affine.AffineApplyOp(ir.AffineMap.get(len(ivs), 0, [x]), ivs).result
+               for x in out_map.results]
+        init = fill[1] if fill is not None else memref.LoadOp(c, idx).result
+        value = partial() if callable(partial) else partial
+        memref.StoreOp(arith.AddFOp(init, value).result, c, idx)
+        scf.YieldOp([])
 
 
 def tile_origin(bid, tiles_m: int, tiles_n: int, batch_ext: list[int], bm: int, bn: int):
@@ -290,25 +311,14 @@ def unroll_barrier_loops(kernel) -> None:
 
 
 def _remap(op, mapping) -> None:
-    def visit(o):
+    for o in walk(op):
         for i, operand in enumerate(o.operands):
             if operand in mapping:
                 o.operands[i] = mapping[operand]
-        return ir.WalkResult.ADVANCE
-
-    op.walk(visit)
 
 
 def _has_barrier(op) -> bool:
-    found = []
-
-    def visit(o):
-        if o.name == "gpu.barrier":
-            found.append(o)
-        return ir.WalkResult.ADVANCE
-
-    op.walk(visit)
-    return bool(found)
+    return any(o.name == "gpu.barrier" for o in walk(op))
 
 
 def _const(v):

@@ -43,13 +43,15 @@ multiples of anything. The output's initial value is the constant fill right bef
 
 from __future__ import annotations
 
+import functools
 import math
 
 from mlir import ir
-from mlir.dialects import affine, arith, gpu, memref, scf
+from mlir.dialects import arith, gpu, memref, scf
 
-from .matmul import contraction_maps, rewrite_contractions, stage_tile, tile_origin
-from ..ir import cidx, fill_before, loop_extents
+from .matmul import (accumulate_in_bounds, contraction_maps, rewrite_contractions, stage_tile,
+                     tile_grid, tile_origin)
+from ..ir import cidx, fill_before, launch_before
 from ...mlir_runner import walk
 
 BM = BN = 128
@@ -101,22 +103,20 @@ def _match(op):
     return maps, kind
 
 
+def _load(buffer, indices) -> ir.Value:
+    return memref.LoadOp(buffer, indices).result
+
+
 def _frag_type(rows, cols, elem, which):
     return ir.Type.parse(f'!gpu.mma_matrix<{rows}x{cols}x{elem}, "{which}">')
 
 
 def _rewrite(op, maps, kind) -> None:
-    ext = loop_extents(op)
-    n = len(ext)
-    batch_ext = ext[:n - 3]
-    m_ext, n_ext, k_ext = ext[n - 3], ext[n - 2], ext[n - 1]
-    tiles_m, tiles_n = -(-m_ext // BM), -(-n_ext // BN)
-    nb = math.prod(batch_ext)
+    n, batch_ext, m_ext, n_ext, k_ext, tiles_m, tiles_n = tile_grid(op, BM, BN)
     a, b = op.inputs[0], op.inputs[1]
     c = op.outputs[0]
     fill = fill_before(op)
     f32 = ir.F32Type.get()
-    index = ir.IndexType.get()
     # f16: m16n16k16 on f16 fragments; bf16: widened to f32, m16n16k8 tf32 (see above).
     elem = ir.F16Type.get() if kind == "f16" else f32
     fk = 16 if kind == "f16" else 8
@@ -129,13 +129,8 @@ def _rewrite(op, maps, kind) -> None:
     a_frag = _frag_type(16, fk, elem, "AOp")
     b_frag = _frag_type(fk, 16, elem, "BOp")
     c_frag = _frag_type(16, 16, "f32", "COp")
-    with ir.InsertionPoint(op), op.location:
-        one = cidx(1)
-        launch = gpu.LaunchOp.__mro__[1](None, [], cidx(nb * tiles_m * tiles_n), one, one,
-                                         cidx(THREADS), one, one)
-        launch.attributes["workgroup_attributions"] = ir.IntegerAttr.get(
-            ir.IntegerType.get_signless(64), 3)
-        body = launch.regions[0].blocks.append(*([index] * 12), a_t, b_t, c_t)
+    body = launch_before(op, math.prod(batch_ext) * tiles_m * tiles_n, THREADS,
+                        [a_t, b_t, c_t])
     bid, tid = body.arguments[0], body.arguments[3]
     a_s, b_s, c_s = body.arguments[12], body.arguments[13], body.arguments[14]
     with ir.InsertionPoint(body), op.location:
@@ -188,18 +183,8 @@ def _rewrite(op, maps, kind) -> None:
                 for e in range(8):
                     r_in = arith.AddIOp(half, cidx(2 * e)).result
                     gi = arith.AddIOp(arith.AddIOp(row0, frag_rows[i]).result, r_in).result
-                    inb = arith.AndIOp(
-                        arith.CmpIOp(arith.CmpIPredicate.ult, gi, cidx(m_ext)).result,
-                        arith.CmpIOp(arith.CmpIPredicate.ult, gj, cidx(n_ext)).result).result
-                    branch = scf.IfOp(inb)
-                    with ir.InsertionPoint(branch.then_block):
-                        ivs = bivs + [gi, gj]
-                        idx = [affine.AffineApplyOp(ir.AffineMap.get(n - 1, 0, [x]),
-                                                    ivs).result for x in out_map.results]
-                        init = fill[1] if fill is not None else memref.LoadOp(c, idx).result
-                        value = memref.LoadOp(c_s, [warp, r_in, col_in]).result
-                        memref.StoreOp(arith.AddFOp(init, value).result, c, idx)
-                        scf.YieldOp([])
+                    staged = functools.partial(_load, c_s, [warp, r_in, col_in])
+                    accumulate_in_bounds(c, out_map, bivs, gi, gj, (m_ext, n_ext), fill, staged)
                 gpu.BarrierOp()
         gpu.TerminatorOp()
     op.operation.erase()
@@ -220,14 +205,7 @@ def align_fragment_memory(module) -> None:
     for kernel in [op.opview for op in walk(module) if op.name == "gpu.func"]:
         if "workgroup_attributions" not in kernel.attributes:
             continue
-        names = []
-
-        def visit(o, names=names):
-            names.append(o.name)
-            return ir.WalkResult.ADVANCE
-
-        kernel.operation.walk(visit)
-        if not any(name.startswith("gpu.subgroup_mma_") for name in names):
+        if not any(o.name.startswith("gpu.subgroup_mma_") for o in walk(kernel)):
             continue
         count = ir.IntegerAttr(kernel.attributes["workgroup_attributions"]).value
         align = ir.Attribute.parse("{llvm.align = 32 : i64}")

@@ -34,12 +34,13 @@ at least one reduction and two generics. Anything else ends the run.
 
 from __future__ import annotations
 
+import functools
 import math
 
 from mlir import ir
 from mlir.dialects import affine, arith, gpu, memref, scf
 
-from ..ir import cidx, loop_extents
+from ..ir import cidx, launch_before, loop_extents
 from .reductions import clone_body, match_reduction
 from .warp_reduce import block_allreduce, partials_needed, shuffleable
 
@@ -84,7 +85,7 @@ class _Op:
 def _roles(op, extents) -> list[str] | None:
     """'full' | 'row' | 'col' | 'scalar' per operand (inputs, then the output)."""
     n = len(extents)
-    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    maps = _maps(op)
     nonunit = [d for d in range(n) if extents[d] != 1]
     roles = []
     for v, m in zip(list(op.inputs) + list(op.outputs), maps):
@@ -320,7 +321,15 @@ def _indices(m, ivs):
     return [affine.AffineApplyOp(ir.AffineMap.get(n, 0, [e]), ivs).result for e in m.results]
 
 
+def _maps(op) -> list:
+    """The indexing maps of a generic."""
+    return [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+
+
 class _Emitter:
+    """Emits the body of a fused run's kernel (one block per row): each generic of the
+    run in order, row data in registers, row scalars reduced across the block."""
+
     def __init__(self, items, threads, per_thread, rows, row_len, smems, absorbed):
         self.items, self.T, self.n = items, threads, per_thread
         self.rows, self.R = rows, row_len
@@ -372,7 +381,7 @@ class _Emitter:
     def _value(self, g, j, skip=None):
         """The body's yielded value (or the reduction's element value) at element j."""
         op = g.op
-        maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+        maps = _maps(op)
         block = op.regions[0].blocks[0]
         pivs = _delinearize(self.row, g.extents[:-1])
         ivs = pivs + [self.r[j]]
@@ -400,12 +409,10 @@ class _Emitter:
         return clone_body(block, ivs, skip, mapping)
 
     def _map(self, g):
-        op = g.op
-        out = op.outputs[0]
-        root = _root(out)
-        maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
-        block = op.regions[0].blocks[0]
-        yielded = list(block.operations)[-1].operands[0]
+        """A map of the run: each thread computes its elements of the row (in registers),
+        stored only where the buffer is seen after the run."""
+        root = _root(g.op.outputs[0])
+        yielded = list(g.op.regions[0].blocks[0].operations)[-1].operands[0]
         last = self.last_writer[root] is g
         external = last and _external(root, self.absorbed)
         copy_to = self.copy_to.get(root) if last else None
@@ -413,32 +420,39 @@ class _Emitter:
         for j in range(self.n):
             # Loads of registers not yet filled happen inside the guard: fill them first
             # for the tail so the guarded region only computes.
-            def compute(j=j):
-                mapping = self._value(g, j)
-                value = mapping.get(yielded, yielded)
-                if external:
-                    pivs = _delinearize(self.row, g.extents[:-1])
-                    memref.StoreOp(value, out, _indices(maps[-1], pivs + [self.r[j]]))
-                if copy_to is not None:
-                    shape = list(ir.MemRefType(copy_to.type).shape)
-                    if shape and shape[-1] == self.R:  # same rows: no div/rem per element
-                        idx = _delinearize(self.row, shape[:-1]) + [self.r[j]]
-                    else:
-                        lin = arith.AddIOp(arith.MulIOp(self.row, cidx(self.R)).result,
-                                           self.r[j]).result
-                        idx = _delinearize(lin, shape)
-                    memref.StoreOp(value, copy_to, idx)
-                return value
+            compute = functools.partial(self._map_element, g, j, yielded, external, copy_to)
             if self._tail(j):
                 self._preload(g, j)
             values.append(self._guarded(j, compute, yielded.type))
         self.regs[root] = values
         self.init.pop(root, None)
 
+    def _map_element(self, g, j, yielded, external: bool, copy_to):
+        """Element j of a map: its value, stored to the output (external) and the copy."""
+        mapping = self._value(g, j)
+        value = mapping.get(yielded, yielded)
+        if external:
+            pivs = _delinearize(self.row, g.extents[:-1])
+            memref.StoreOp(value, g.op.outputs[0], _indices(_maps(g.op)[-1], pivs + [self.r[j]]))
+        if copy_to is not None:
+            self._store_copy(value, copy_to, j)
+        return value
+
+    def _store_copy(self, value, copy_to, j) -> None:
+        """Element j of the row into the buffer the run's output is copied to."""
+        shape = list(ir.MemRefType(copy_to.type).shape)
+        if shape and shape[-1] == self.R:  # same rows: no div/rem per element
+            idx = _delinearize(self.row, shape[:-1]) + [self.r[j]]
+        else:
+            lin = arith.AddIOp(arith.MulIOp(self.row, cidx(self.R)).result,
+                               self.r[j]).result
+            idx = _delinearize(lin, shape)
+        memref.StoreOp(value, copy_to, idx)
+
     def _preload(self, g, j):
         """Tail element j: global row loads go under their own guard (a load past the
         row would read out of bounds), yielding zero outside."""
-        maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(g.op.attributes["indexing_maps"])]
+        maps = _maps(g.op)
         pivs = _delinearize(self.row, g.extents[:-1])
         for v, m, role in zip(g.op.inputs, maps, g.roles):
             if role != "full":
@@ -452,17 +466,26 @@ class _Emitter:
                     elem)
 
     def _reduce(self, g, smem):
-        op = g.op
-        comb, e, _ = g.matched
-        out = op.outputs[0]
-        root = _root(out)
-        maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+        """A reduction of the run: per-thread partials, combined across the block, then
+        with the output's initial value; the row scalar stays in a register."""
+        comb = g.matched[0]
+        root = _root(g.op.outputs[0])
 
         def combine(a, b):
             new = comb.clone()
             new.operands[0], new.operands[1] = a, b
             return new.results[0]
 
+        total = block_allreduce(self._thread_partial(g, combine), combine, self.tid, self.T,
+                                smem)
+        final = combine(self._initial_scalar(g, root), total)
+        self.scal[root] = final
+        if self.last_writer[root] is g and _external(root, self.absorbed):
+            self._store_scalar(g, final)
+
+    def _thread_partial(self, g, combine):
+        """This thread's elements of the row combined (tail elements under a guard)."""
+        comb, e, _ = g.matched
         acc = None
         for j in range(self.n):
             if self._tail(j):
@@ -477,24 +500,26 @@ class _Emitter:
             else:
                 value = self._value(g, j, skip=comb)[e]
                 acc = value if acc is None else combine(acc, value)
-        total = block_allreduce(acc, combine, self.tid, self.T, smem)
-        if root in self.init:
-            init = self.init.pop(root)
-        elif root in self.scal:  # an earlier reduction of the run wrote it
-            init = self.scal[root]
-        else:
-            pivs = _delinearize(self.row, g.extents[:-1])
-            init = memref.LoadOp(out, _indices(maps[-1], pivs + [cidx(0)])).result
-        final = combine(init, total)
-        self.scal[root] = final
-        if self.last_writer[root] is g and _external(root, self.absorbed):
-            leader = arith.CmpIOp(arith.CmpIPredicate.eq, self.tid, cidx(0)).result
-            branch = scf.IfOp(leader)
-            with ir.InsertionPoint(branch.then_block):
-                pivs = _delinearize(self.row, g.extents[:-1])
-                memref.StoreOp(final, out, _indices(maps[-1], pivs + [cidx(0)]))
-                scf.YieldOp([])
+        return acc
 
+    def _initial_scalar(self, g, root):
+        """The reduction's initial value: a fill's constant, an earlier reduction of the
+        run, or the output's current value."""
+        if root in self.init:
+            return self.init.pop(root)
+        if root in self.scal:  # an earlier reduction of the run wrote it
+            return self.scal[root]
+        pivs = _delinearize(self.row, g.extents[:-1])
+        return memref.LoadOp(g.op.outputs[0], _indices(_maps(g.op)[-1], pivs + [cidx(0)])).result
+
+    def _store_scalar(self, g, final) -> None:
+        """Thread 0 writes the row's scalar to the output, seen after the run."""
+        leader = arith.CmpIOp(arith.CmpIPredicate.eq, self.tid, cidx(0)).result
+        branch = scf.IfOp(leader)
+        with ir.InsertionPoint(branch.then_block):
+            pivs = _delinearize(self.row, g.extents[:-1])
+            memref.StoreOp(final, g.op.outputs[0], _indices(_maps(g.op)[-1], pivs + [cidx(0)]))
+            scf.YieldOp([])
 
 def _threads(row_len: int) -> int:
     t = 32
@@ -515,19 +540,12 @@ def _fuse(items) -> None:
     absorbed = {it[1].op.operation if it[0] == "generic" else it[1].operation for it in items
                 if it[0] != "view"}
     last = generics[-1].op
-    index = ir.IndexType.get()
     workgroup = ir.Attribute.parse("#gpu.address_space<workgroup>")
     # Per reduction: one partial per warp (none for a single warp).
     partials = partials_needed(threads)
     smem_types = [ir.MemRefType.get([partials], g.matched[1].type, memory_space=workgroup)
                   for g in generics if g.kind == "reduce"] if partials else []
-    with ir.InsertionPoint(last), last.location:
-        one = cidx(1)
-        launch = gpu.LaunchOp.__mro__[1](None, [], cidx(rows), one, one, cidx(threads),
-                                         one, one)
-        launch.attributes["workgroup_attributions"] = ir.IntegerAttr.get(
-            ir.IntegerType.get_signless(64), len(smem_types))
-        body = launch.regions[0].blocks.append(*([index] * 12), *smem_types)
+    body = launch_before(last, rows, threads, smem_types)
     with ir.InsertionPoint(body), last.location:
         smems = list(body.arguments)[12:] or [None] * len(generics)
         emitter = _Emitter(items, threads, per_thread, rows, row_len, smems, absorbed)
