@@ -25,7 +25,7 @@ HOST_TENSOR_OPS = frozenset({
     "aten::_unsafe_index_put", "aten::copy",
 })
 
-SUPPORTED_DTYPES = frozenset(fx_graph._DTYPES.values())
+SUPPORTED_DTYPES = frozenset(fx_graph.DTYPES.values())
 
 
 def check_host_tensor(tensor: torch.Tensor, op_name: str | None) -> None:

@@ -35,7 +35,8 @@ FORMAT = "lazymlir-fx"
 VERSION = 2
 SCALAR_DTYPE = torch.float64  # how scalar inputs cross the graph boundary
 
-_DTYPES = {str(d).removeprefix("torch."): d for d in (
+# The dtypes a graph may hold (name -> dtype); the tracer accepts exactly these.
+DTYPES = {str(d).removeprefix("torch."): d for d in (
     torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.int16,
     torch.int32, torch.int64, torch.uint8, torch.bool, torch.complex64, torch.complex128)}
 
@@ -46,7 +47,7 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 def dtype_from_name(name: str) -> torch.dtype:
     try:
-        return _DTYPES[name]
+        return DTYPES[name]
     except KeyError:
         raise ValueError(f"unknown dtype '{name}' in FX graph file") from None
 
