@@ -18,8 +18,7 @@ Stages hand each other text, not modules, although most of them run in one
 MLIR build: a stage mutates its module in place, so the reproducer a failing
 stage saves must be its input printed beforehand anyway, and printing plus
 parsing costs 1-12 ms per stage on an MLP training step against ~1.5 s for
-the whole compile (measured 2026-11-22; torch-mlir's linalg pipeline and llc
-dominate).
+the whole compile (torch-mlir's linalg pipeline and llc dominate).
 """
 
 from __future__ import annotations

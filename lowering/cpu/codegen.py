@@ -99,7 +99,7 @@ def _check_openmp_calls(llvm_ir: str) -> None:
 # elements became 128 copies of its vector body): on the GPT backward graph's
 # LLVM IR, `opt` 1.88 -> 1.40 s and `llc` 2.70 -> 1.50 s of CPU, with the compiled
 # steps as fast (MLP and GPT graphs A/B within this machine's noise,
-# docs/cpu-performance.md "Eleventh session").
+# docs/cpu-performance.md).
 OPT_UNROLL = ["-unroll-threshold=50"]
 
 # Modules of at least this much LLVM IR text are split into parts that `opt` and

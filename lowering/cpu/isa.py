@@ -5,8 +5,8 @@ tiles decide how many vector registers a loop keeps live, and that differs by
 instruction set: a matmul register tile of 8 x 32 f32 accumulators is 16
 AVX-512 registers (of 32) but 32 AVX2 registers (of 16), which spill. Measured
 on an AVX2-only AMD EPYC (Zen 3), one thread, `a @ b` of 64x256 by 256x512:
-8 x 32 ran 3.2x eager's time, 4 x 16 1.8x (`/tmp/prof/mmreg.py`, load 3.3-3.9;
-docs/cpu-performance.md, "Sixth session").
+8 x 32 ran 3.2x eager's time, 4 x 16 1.8x (machine load 3.3-3.9;
+docs/cpu-performance.md).
 
 Which set the host has, or `LAZYMLIR_CPU_VECTOR_ISA` (`avx512`, `avx2`) says:
 lazymlir/support/host_isa.py (the lit tests pin `avx512`, so that their expected
@@ -52,8 +52,7 @@ ISAS = {
     # both in parallel blocks with 32 x 32 cache tiles, `w.t() * 2` (the multiply
     # is ~15 us of it at 512 x 256), exe.run only, LAZYMLIR_FALLBACK=error: 512 x 256
     # 48 us as 16 x 16 tiles, 33 us as 8 x 8 (48 us through `shuffle_1d`); 2048 x 1024
-    # 1.30 ms against 0.97 ms; 32 x 64 x 32 batched 17 us either way
-    # (/tmp/prof/direct.py, seventh session).
+    # 1.30 ms against 0.97 ms; 32 x 64 x 32 batched 17 us either way.
     "avx2": VectorIsa("avx2", (6, 4, 2), (16, 8), (4, 2),
                       (128, 64, 32, 16, 8), 8, (8,),
                       "avx2_lowering_strategy = true"),

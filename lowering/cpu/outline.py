@@ -5,7 +5,7 @@ Why: a graph is one `main` function, and LLVM's loop passes analyse the whole
 function again for every loop they transform. On the GPT training step's
 forward graph (~290 loop nests), `opt -O3` spent 68% of its time in
 LoopVectorizePass; with the nests outlined, `opt` took 3.05 s instead of 5.91 s
-(docs/cpu-performance.md, "Cold compile"). Separate functions are also what lets
+(docs/cpu-performance.md). Separate functions are also what lets
 lowering/cpu/codegen.py split the module and generate code for the parts in
 parallel. And a model's layers repeat their nests: the GPT forward graph's 209
 nests are 98 distinct functions, compiled once each.
@@ -100,7 +100,7 @@ def _merge_identical(module: ir.Module, functions: dict) -> None:
     others call the first, and the others are erased, so LLVM compiles each once.
     Done here rather than by LLVM's mergefunc pass on the whole module, which also
     merged the OpenMP regions' outlined bodies and made the GPT step ~8% slower
-    (docs/cpu-performance.md, "Cold compile")."""
+    (docs/cpu-performance.md)."""
     # One form per function (the cloned constants deduplicated and ordered), printed
     # once for the whole module: printing each function alone costs ~5 ms apiece.
     passmanager.PassManager.parse("builtin.module(func.func(canonicalize,cse))").run(

@@ -49,8 +49,8 @@ CACHE_M, CACHE_N, CACHE_K = 64, 256, 256
 # Contractions of at least this many multiply-adds (batch x M x N x K) run
 # their (M, N) cache tiles on all cores: ~20 us of work on one core, against a
 # few microseconds to hand blocks to PyTorch's OpenMP threads (parallel).
-# The old 32M, set for MLIR's async runtime, kept an MLP step's 64x256x512
-# matmuls (8.4M) on one core.
+# A threshold of 32M would keep an MLP step's 64x256x512 matmuls (8.4M) on one
+# core.
 MIN_PARALLEL_FLOPS = 2 * 1024 * 1024
 # (M, N) cache tiles (and batches) a parallel contraction is split into at least,
 # halving its cache tile while the halves stay whole register tiles: a 64x512 by

@@ -1,4 +1,4 @@
-"""Run-time checks for what eager PyTorch rejects and compiled code would not (issue 11).
+"""Run-time checks for what eager PyTorch rejects and compiled code would not.
 
 An out-of-range index (`x[idx]`, gather, scatter, index_select, embedding,
 index_put, index_add...) or an integer division/remainder by zero is an error

@@ -1,4 +1,4 @@
-"""FX-level rewrites that give compiled graphs eager PyTorch's numerics (issue 11).
+"""FX-level rewrites that give compiled graphs eager PyTorch's numerics.
 
 Applied to the GraphModule that `fx_graph.to_graph_module` rebuilds, before
 torch-mlir imports it, so both targets (CPU and CUDA) get them. Each rewrite

@@ -8,7 +8,7 @@
 #map = affine_map<(d0, d1) -> (d0, d1)>
 #transposed = affine_map<(d0, d1) -> (d1, d0)>
 module {
-  // slice_scatter(x, y): the insertion used to write into the caller's x.
+  // slice_scatter(x, y): the insertion works on a copy of x, never on the caller's x.
   // CHECK-LABEL: func.func @scatter$input_read_only
   // CHECK-SAME: (%[[X:.*]]: memref<4x3xf32>, %[[Y:.*]]: memref<2x3xf32>, %[[OUT:.*]]: memref<4x3xf32>)
   // CHECK-NEXT: memref.copy %[[X]], %[[OUT]]
