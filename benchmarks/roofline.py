@@ -608,7 +608,9 @@ def estimate(k: KernelStats) -> dict:
 def analyse_graph(fx_text: str) -> dict:
     from mlir import ir
 
-    from lazymlir.lowering import fx_graph, gpu_pipeline, gpu_stages, launch_plan, stages
+    from lazymlir.lowering import stages
+    from lazymlir.lowering.front import fx_graph
+    from lazymlir.lowering.gpu import pipeline as gpu_pipeline, stages as gpu_stages, launch_plan
 
     graph = fx_graph.loads(fx_text)
     options = stages.Options(target="cuda")

@@ -42,7 +42,7 @@ if str(ROOT) not in sys.path:
 
 import lazymlir  # noqa: E402
 from lazymlir import session  # noqa: E402
-from lazymlir.lowering import fx_graph  # noqa: E402
+from lazymlir.lowering.front import fx_graph  # noqa: E402
 from lazymlir.tracing import values as lazy_values  # noqa: E402
 from lazymlir.tracing.graph import build_graph  # noqa: E402
 

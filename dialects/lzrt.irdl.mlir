@@ -4,7 +4,7 @@
 // on them with what grid, and the copies/memsets/frees between launches. Upstream MLIR
 // has no dialect for such a host-side plan (gpu.launch_func still works on memrefs and
 // implies a host program), so it is defined here with IRDL and loaded at run time
-// (lowering/lzrt_dialect.py). Ops are written in generic form, e.g.
+// (lowering/gpu/lzrt.py). Ops are written in generic form, e.g.
 //   %0 = "lzrt.alloc"() {nbytes = 64 : i64} : () -> !lzrt.buffer
 // See dialects/README.md for each op's meaning.
 irdl.dialect @lzrt {

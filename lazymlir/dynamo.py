@@ -4,7 +4,7 @@ Dynamo captures the program once and replays it, so a compiled step pays no
 per-op tracing. AOTAutograd functionalizes the captured forward and backward
 (input mutations, views, aliased inputs as synthetic bases) and decomposes with
 the table torch-mlir's FX path uses; each resulting graph is written in the
-fx-stage form (lowering/fx_graph.py) and handed to the same executor as the
+fx-stage form (lowering/front/fx_graph.py) and handed to the same executor as the
 lazy device: graph cache (memory and the persistent disk cache), compile worker, dumps
 (LAZYMLIR_DUMP_DIR), metrics, and split-around-unsupported-ops fallback
 (counted; an error with LAZYMLIR_FALLBACK=error).
@@ -40,7 +40,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from . import session, targets
 from .execution import executor
-from .lowering import decompositions, fx_graph
+from .lowering.front import decompositions, fx_graph
 
 
 class UnsupportedGraphError(NotImplementedError):
@@ -329,7 +329,7 @@ def _static_backend(gm: torch.fx.GraphModule, example_inputs, eager_while_compil
                             # An inference graph's input mutations (an optimizer step's
                             # parameter and state updates) stay in the graph as copy_
                             # into its inputs: the compiled code updates them in place
-                            # (lowering/graph_inputs.py) instead of returning new
+                            # (lowering/bufferize/graph_inputs.py) instead of returning new
                             # tensors that AOTAutograd copies back (GPT AdamW step:
                             # 112 copies and their output buffers per step).
                             keep_inference_input_mutations=True,

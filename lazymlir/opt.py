@@ -71,7 +71,7 @@ def _errors_from_text(text: str) -> list[tuple[int | None, str]]:
 def _verify_only(text: str) -> str:
     from mlir import ir
 
-    from .lowering.lzrt_dialect import load_lzrt
+    from .lowering.gpu.lzrt import load_lzrt
 
     context = ir.Context()
     load_lzrt(context)
@@ -101,7 +101,7 @@ def _raw_pipeline(text: str, pipeline: str) -> str:
     bindings = TORCH_MLIR if "torch." in text else UPSTREAM
     context = bindings.context()
     if bindings is UPSTREAM and "lzrt." in text:
-        from .lowering.lzrt_dialect import load_lzrt
+        from .lowering.gpu.lzrt import load_lzrt
         load_lzrt(context)
     try:
         return print_module(run_pipeline(bindings, text, pipeline, context=context))
@@ -140,7 +140,7 @@ def _run_stages(text: str, args) -> str:
         start, stop = args.from_stage or detected, args.to_stage
     result = stages.run_stages(text, options, start=start, stop=stop)
     if args.emit == "ptx":
-        from .lowering.gpu_stages import kernel_objects
+        from .lowering.gpu.stages import kernel_objects
 
         kernels = kernel_objects(result.text)
         if not kernels or any(kind != "ptx" for _, _, kind in kernels):

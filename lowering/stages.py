@@ -1,8 +1,10 @@
 """The one ordered registry of lowering stages, per target.
 
 Each stage is named for the IR it produces and is a documented pass pipeline
-(see torch_stages, cpu_pipeline, gpu_pipeline) followed by a check of what its
-output may contain (contracts). The device compiler and `lazymlir-opt` both
+(see front/stages.py, bufferize/stage.py, cpu/stages.py, gpu/stages.py) followed
+by a check of what its output may contain (its contract). The front stages and
+`bufferized` are shared; the stages after them are the target's backend's
+(backend.py), listed in the backend table below. The device compiler and `lazymlir-opt` both
 run stages through `run_stages`, so what a user reproduces on the command
 line is exactly what the compiler ran.
 
@@ -16,22 +18,32 @@ Stages hand each other text, not modules, although most of them run in one
 MLIR build: a stage mutates its module in place, so the reproducer a failing
 stage saves must be its input printed beforehand anyway, and printing plus
 parsing costs 1-12 ms per stage on an MLP training step against ~1.5 s for
-the whole compile (measured 2026-11-22; torch-mlir's linalg pipeline and llc
-dominate).
+the whole compile (torch-mlir's linalg pipeline and llc dominate).
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
-from . import contracts, cpu_pipeline, torch_stages
+from . import contracts
+from .backend import Backend, Stage
+from .bufferize import stage as bufferize_stage
 from .errors import LoweringError, save_repro
+from .front import stages as front_stages
 from .mlir_runner import PipelineFailure, print_module
 
-TARGETS = ("cpu", "cuda")
+# The backend table: target -> the module whose BACKEND implements it (backend.py).
+# A module is imported on the first use of its target, by name: importing the CUDA
+# pipeline costs time that a cpu-only process never needs to spend.
+BACKENDS = {
+    "cpu": ".cpu.backend",
+    "cuda": ".gpu.backend",
+}
+TARGETS = tuple(BACKENDS)
 
 
 @dataclass(frozen=True)
@@ -41,70 +53,97 @@ class Options:
     repro_dir: str | None = None  # where a failing stage's input is written
 
 
-@dataclass(frozen=True)
-class Stage:
-    name: str
-    ext: str                                   # file extension of its dumped output
-    run: Callable[[str, Options], object] | None  # input text -> module (None: source stage)
-    doc: str
+@functools.cache
+def backend(target: str) -> Backend:
+    if target not in BACKENDS:
+        raise ValueError(f"unknown target '{target}'; targets: {', '.join(TARGETS)}")
+    return importlib.import_module(BACKENDS[target], __package__).BACKEND
 
 
-def _gpu(fn_name: str):
-    """Late-bound CUDA stage: the GPU pipeline imports only when a CUDA stage runs."""
-    def run(text: str, options: Options):
-        from . import gpu_stages
-        return getattr(gpu_stages, fn_name)(text, options)
-    return run
+def _bufferize(text: str, options: Options):
+    return bufferize_stage.to_bufferized(text, backend(options.target).bufferize)
 
 
-_ALL = {
-    s.name: s for s in (
-        Stage("fx", "fx.json", None, "functional ATen graph recorded by the tracer"),
-        Stage("torch", "mlir", lambda t, o: torch_stages.import_fx(t),
-              "torch dialect as imported by torch-mlir's FxImporter"),
-        Stage("torch-backend", "mlir", lambda t, o: torch_stages.to_torch_backend(t),
-              "torch backend contract: value semantics, shapes and dtypes refined"),
-        Stage("linalg", "mlir", lambda t, o: torch_stages.to_linalg(t),
-              "linalg-on-tensors (+arith/math/tensor)"),
-        Stage("bufferized", "mlir", lambda t, o: cpu_pipeline.to_bufferized(t, o.target),
-              "linalg on memrefs, results as out-parameters"),
-        Stage("loops", "mlir", lambda t, o: cpu_pipeline.to_loops(t),
-              "CPU: scf loops over memrefs"),
-        Stage("llvm", "mlir", lambda t, o: cpu_pipeline.to_llvm(t),
-              "CPU: LLVM dialect, ready for mlir-translate + llc (lowering/cpu_codegen.py)"),
-        Stage("gpu", "mlir", _gpu("to_gpu"),
-              "CUDA: outlined gpu.module kernels mapped to blocks/threads + host launches"),
-        Stage("plan", "mlir", _gpu("to_plan"),
-              "CUDA: host side as an lzrt launch plan next to the kernels"),
-        Stage("nvvm", "mlir", _gpu("to_nvvm"), "CUDA: kernels in the NVVM/LLVM dialects"),
-        Stage("ptx", "mlir", _gpu("to_ptx"), "CUDA: kernels as PTX (gpu.binary) + plan"),
-        Stage("cubin", "mlir", _gpu("to_cubin"), "CUDA: kernels as cubin (needs ptxas) + plan"),
-    )
-}
+def _shared(name: str, doc: str, run) -> Stage:
+    return Stage(name, "mlir", run, doc, contracts.check_contract)
 
-PIPELINES: dict[str, tuple[str, ...]] = {
-    "cpu": ("fx", "torch", "torch-backend", "linalg", "bufferized", "loops", "llvm"),
-    "cuda": ("fx", "torch", "torch-backend", "linalg", "bufferized", "gpu", "plan", "nvvm",
-             "ptx"),
-}
-# cubin is an optional last CUDA stage (needs ptxas); PTX is JIT-compiled by the driver.
-OPTIONAL_TAIL = {"cuda": ("cubin",)}
-# Where a probe ("does this op lower?") stops: the last stage in MLIR, before
-# code generation tools (llc, ptxas) that only fail when MLIR already did.
-PROBE_STOP = {"cpu": "llvm", "cuda": "plan"}
+
+# The stages every target runs, in order, before its backend's.
+SHARED_STAGES = (
+    Stage("fx", "fx.json", None, "functional ATen graph recorded by the tracer"),
+    # torch-mlir's FX importer and FakeTensor propagation report unsupported
+    # types/ops as NotImplementedError.
+    Stage("torch", "mlir", lambda t, o: front_stages.import_fx(t),
+          "torch dialect as imported by torch-mlir's FxImporter", contracts.check_contract,
+          errors=(PipelineFailure, NotImplementedError)),
+    _shared("torch-backend", "torch backend contract: value semantics, shapes and dtypes refined",
+            lambda t, o: front_stages.to_torch_backend(t)),
+    _shared("linalg", "linalg-on-tensors (+arith/math/tensor)",
+            lambda t, o: front_stages.to_linalg(t)),
+    _shared("bufferized", "linalg on memrefs, results as out-parameters", _bufferize),
+)
+_SHARED = {s.name: s for s in SHARED_STAGES}
+
+
+def _pipeline(target: str) -> tuple[str, ...]:
+    return tuple(_SHARED) + tuple(s.name for s in backend(target).stages)
+
+
+class _PerTarget(Mapping):
+    """target -> value, computed from its backend on first use (no backend is imported
+    before its target is asked for)."""
+
+    def __init__(self, compute):
+        self._compute = compute
+
+    def __getitem__(self, target: str):
+        if target not in BACKENDS:
+            raise KeyError(target)
+        return self._compute(target)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(BACKENDS)
+
+    def __len__(self) -> int:
+        return len(BACKENDS)
+
+
+# Each target's pipeline (stage names, in order) and where its probes stop.
+PIPELINES: Mapping[str, tuple[str, ...]] = _PerTarget(_pipeline)
+PROBE_STOP: Mapping[str, str] = _PerTarget(lambda target: backend(target).probe_stop)
 
 
 def stage(name: str) -> Stage:
-    try:
-        return _ALL[name]
-    except KeyError:
-        raise ValueError(f"unknown stage '{name}'; stages: {', '.join(_ALL)}") from None
+    if name in _SHARED:
+        return _SHARED[name]
+    for target in BACKENDS:
+        found = backend(target)
+        for st in found.stages + found.optional_stages:
+            if st.name == name:
+                return st
+    raise ValueError(f"unknown stage '{name}'; stages: {', '.join(all_stage_names())}")
+
+
+def _target_stage(target: str, name: str) -> Stage:
+    if name in _SHARED:
+        return _SHARED[name]
+    found = backend(target)
+    return next(s for s in found.stages + found.optional_stages if s.name == name)
+
+
+def all_stage_names() -> tuple[str, ...]:
+    """Every stage of every target, shared ones first (imports every backend)."""
+    names = list(_SHARED)
+    for target in BACKENDS:
+        found = backend(target)
+        names += [s.name for s in found.stages + found.optional_stages if s.name not in names]
+    return tuple(names)
 
 
 def stage_names(target: str) -> tuple[str, ...]:
-    if target not in PIPELINES:
+    if target not in BACKENDS:
         raise ValueError(f"unknown target '{target}'; targets: {', '.join(TARGETS)}")
-    return PIPELINES[target] + OPTIONAL_TAIL.get(target, ())
+    return PIPELINES[target] + tuple(s.name for s in backend(target).optional_stages)
 
 
 STAGE_MARKER = "// lazymlir-stage: "
@@ -189,25 +228,19 @@ def run_stages(text: str, options: Options, *, start: str | None = None, stop: s
     for name in names[first:last + 1]:
         if on_start is not None:
             on_start(name)
-        result.record = _run_one(stage(name), result.text, options, on_stage)
+        result.record = _run_one(_target_stage(options.target, name), result.text, options,
+                                 on_stage)
         result.stage = name
     return result
-
-
-# What a stage may raise for "the compiler cannot do this" (anything else is a
-# bug in lazymlir and propagates unchanged): MLIR failures and lowering
-# limitations (PipelineFailure); torch-mlir's FX importer and FakeTensor
-# propagation report unsupported types/ops as NotImplementedError.
-_COMPILER_ERRORS = {"torch": (PipelineFailure, NotImplementedError)}
 
 
 def _run_one(st: Stage, text: str, options: Options, on_stage) -> StageRecord:
     began = time.perf_counter()
     try:
         module = st.run(text, options)
-    except _COMPILER_ERRORS.get(st.name, PipelineFailure) as error:
+    except st.errors as error:
         raise _failure(st, text, options, str(error)) from None
-    problem = contracts.check_contract(st.name, module.operation)
+    problem = st.contract(st.name, module.operation) if st.contract is not None else None
     if problem:
         raise _failure(st, text, options, problem)
     record = StageRecord(st.name, st.ext, module, time.perf_counter() - began)

@@ -15,7 +15,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..lowering import artifacts, fx_graph, stages
+from ..lowering import artifacts, stages
+from ..lowering.front import fx_graph
 from ..lowering.errors import LoweringError, save_repro
 from ..support.errors import CompileError
 

@@ -81,8 +81,8 @@ def _installed_versions(packages: tuple[str, ...]) -> dict[str, str]:
 def _digest(roots: list[Path], packages: tuple[str, ...]) -> str:
     digest = hashlib.sha256()
     for root in roots:
-        for path in sorted(root.glob("*.py")):
-            digest.update(path.name.encode())
+        for path in sorted(root.rglob("*.py")):  # subpackages too (lowering/cpu, ...)
+            digest.update(path.relative_to(root).as_posix().encode())
             digest.update(path.read_bytes())
     for package, version in _installed_versions(packages).items():
         digest.update(f"{package}={version}".encode())

@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from .. import lowering, session, targets
-from ..lowering import checks, fx_graph
+from ..lowering.front import checks, fx_graph
 from ..support.errors import CompileError
 from . import diagnostics, disk_cache, fallback, graph_cache, partition
 from .compiler import CompileOptions, compile_graph, probe

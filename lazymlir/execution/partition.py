@@ -9,7 +9,7 @@ own, `subgraph`, run through the executor so it is hashed, cached and compiled
 like any other) between those ops, which run eagerly with PyTorch on CPU,
 counted (`run_node_eagerly`).
 
-Graphs here are the fx-stage JSON of lowering.fx_graph: a value is a ref
+Graphs here are the fx-stage JSON of lowering.front.fx_graph: a value is a ref
 ("input" | "scalar" | "node", index, output).
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import torch
 
-from ..lowering import fx_graph
+from ..lowering.front import fx_graph
 from ..support.errors import CompileError
 from . import fallback
 

@@ -2,17 +2,15 @@
 
 `LAZYMLIR_CPU_VECTOR_ISA` (`avx512`, `avx2`) overrides the detection (the lit
 tests pin `avx512`). The answer is part of the cpu target's fingerprint, so the
-disk cache never hands code tiled for one choice to the other; lowering/cpu_isa.py
+disk cache never hands code tiled for one choice to the other; lowering/cpu/isa.py
 has what each choice means for the schedule.
 """
 
 from __future__ import annotations
 
 import functools
-import os
 
-ENV = "LAZYMLIR_CPU_VECTOR_ISA"
-NAMES = ("avx512", "avx2")
+from .settings import cpu_vector_isa_from_env
 
 
 @functools.cache
@@ -30,7 +28,4 @@ def detected() -> str:
 
 def vector_isa() -> str:
     """The override (LAZYMLIR_CPU_VECTOR_ISA) or the detected instruction set."""
-    name = os.environ.get(ENV, "").strip().lower() or detected()
-    if name not in NAMES:
-        raise ValueError(f"{ENV}={name!r}: expected one of {', '.join(NAMES)}")
-    return name
+    return cpu_vector_isa_from_env() or detected()

@@ -14,6 +14,7 @@ _TARGETS = ("auto", "cpu", "cuda")
 _CUDA_DRIVERS = ("real", "emulator", "fake")
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 _FALLBACK = ("warn", "silent", "error")
+_CPU_VECTOR_ISAS = ("avx512", "avx2")
 # Two: a training step's forward and backward. One on a one-core machine.
 _DEFAULT_COMPILE_WORKERS = min(2, os.cpu_count() or 1)
 _BOOLS = {"1": True, "true": True, "yes": True, "on": True,
@@ -54,6 +55,10 @@ class Settings:
     cuda_sync: bool = False       # LAZYMLIR_CUDA_SYNC: synchronize after every kernel launch
     emulator_verify: bool = False  # LAZYMLIR_CUDA_EMULATOR_VERIFY: bounds-check every access
     emulator_reverse: bool = False  # LAZYMLIR_CUDA_EMULATOR_REVERSE: run blocks last to first
+    # LAZYMLIR_CPU_VECTOR_ISA: avx512|avx2, the vector ISA the CPU schedule sizes its tiles
+    # for instead of the host's (lazymlir/support/host_isa.py); the compiler reads it with
+    # cpu_vector_isa_from_env(), as it runs where no session exists (the compile worker)
+    cpu_vector_isa: str | None = None
 
 
 _ENV = {
@@ -78,9 +83,10 @@ _ENV = {
     "cuda_sync": "LAZYMLIR_CUDA_SYNC",
     "emulator_verify": "LAZYMLIR_CUDA_EMULATOR_VERIFY",
     "emulator_reverse": "LAZYMLIR_CUDA_EMULATOR_REVERSE",
+    "cpu_vector_isa": "LAZYMLIR_CPU_VECTOR_ISA",
 }
 _CHOICES = {"target": _TARGETS, "log_level": _LOG_LEVELS, "fallback": _FALLBACK,
-            "cuda_driver": _CUDA_DRIVERS}
+            "cuda_driver": _CUDA_DRIVERS, "cpu_vector_isa": _CPU_VECTOR_ISAS}
 
 CACHE_OFF = "off"  # LAZYMLIR_CACHE_DIR=off: no disk cache (a folder named off: ./off)
 
@@ -135,3 +141,12 @@ def from_env() -> Settings:
             raise ValueError(f"{_ENV[name]}=1 needs LAZYMLIR_CUDA_DRIVER=emulator "
                              f"(it is {settings.cuda_driver!r})")
     return settings
+
+
+def cpu_vector_isa_from_env() -> str | None:
+    """LAZYMLIR_CPU_VECTOR_ISA (None when unset: the host's own ISA applies)."""
+    raw = os.environ.get(_ENV["cpu_vector_isa"], "").strip().lower()
+    if raw and raw not in _CPU_VECTOR_ISAS:
+        raise ValueError(f"{_ENV['cpu_vector_isa']}={raw!r}: expected one of "
+                         f"{', '.join(_CPU_VECTOR_ISAS)}")
+    return raw or None

@@ -1,4 +1,4 @@
-"""The host C compiler driver: links CPU graphs (lowering/cpu_codegen.py) and builds the
+"""The host C compiler driver: links CPU graphs (lowering/cpu/codegen.py) and builds the
 small runtime libraries (targets/cpu_alloc.py, targets/cpu_threads.py, device_guard.py)."""
 
 from __future__ import annotations

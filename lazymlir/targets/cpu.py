@@ -1,6 +1,6 @@
 """The cpu target: lazy values are dense CPU tensors; graphs are shared objects.
 
-The artifact folder holds `executable.so` (built by lowering/cpu_codegen.py
+The artifact folder holds `executable.so` (built by lowering/cpu/codegen.py
 through mlir-translate + llc + cc, not MLIR's ExecutionEngine, which
 miscompiled here: docs/known-issues.md). Its entry
 `_mlir_ciface_main(inputs..., outputs...)` takes one memref descriptor pointer
@@ -131,7 +131,7 @@ class CpuExecutable(Executable):
         self.so_path = Path(so_path)
         self.output_metas = output_metas
         # Outputs written into their inputs: the compiled function has no out-parameter
-        # for them (lowering/graph_inputs.py) and writes those inputs.
+        # for them (lowering/bufferize/graph_inputs.py) and writes those inputs.
         self.in_place = tuple(in_place)
         self._in_place_outputs = {output: input for input, output in self.in_place}
         self._written = [input for input, _ in self.in_place]

@@ -10,7 +10,7 @@ libgomp's spin loop, and takes 127 ms against 68 ms with GOMP_SPINCOUNT=0
 wakes the very threads an eager op just used, while they still spin: a dispatch
 costs microseconds, so smaller loops pay for threads too.
 
-How: lowering/cpu_parallel.py lowers parallel loops with upstream MLIR's OpenMP
+How: lowering/cpu/parallel.py lowers parallel loops with upstream MLIR's OpenMP
 path (`convert-scf-to-openmp`, then LLVM's OpenMPIRBuilder), which emits calls to
 the `__kmpc_*` entry points of LLVM's libomp. No pip package here ships libomp,
 and libgomp has no `__kmpc_*` ABI, so this library implements the few entry
@@ -92,7 +92,7 @@ static void run_region(void *data) {
 
 /* LLVM's OpenMPIRBuilder passes the region's captures as one struct pointer
    (argc 1); more than MAX_ARGS is refused when the graph is linked
-   (lowering/cpu_codegen.py), so argc never exceeds it here. */
+   (lowering/cpu/codegen.py), so argc never exceeds it here. */
 void __kmpc_fork_call(ident_t *loc, int32_t argc, microtask_t fn, ...) {
   Fork f;
   f.fn = fn;

@@ -219,7 +219,7 @@ class CudaTarget(Target):
                                           tensor.managed)
         if tensor.data % cuda_driver.KERNEL_ARG_ALIGN:
             # Kernels may load 16 bytes at once from a buffer's start (PTX `.align 16`
-            # parameters, lowering/gpu_vectorize.py); our own buffers are 256-byte
+            # parameters, lowering/gpu/kernels/vectorize.py); our own buffers are 256-byte
             # aligned, a view into the producer's memory need not be: copy it.
             own = self.runtime.alloc(tensor.nbytes)
             self.runtime.copy(own, buf, tensor.nbytes)

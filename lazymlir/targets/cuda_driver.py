@@ -6,7 +6,7 @@ module works everywhere; only ``CudaRuntime.create()`` needs a driver.
 ``CudaRuntime.create(fake=True)`` runs on the fake driver (host memory,
 recorded launches) for tests without a GPU; ``CudaRuntime.create(emulator=True)``
 on the emulator driver, which runs emulator images of the kernels
-(lowering/gpu_emulator.py) on the CPU.
+(lowering/gpu/emulator.py) on the CPU.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import numpy as np
 
 _LIB_NAME = "liblazymlir_cuda_runtime.so"
 # Every buffer a plan gets must start at a multiple of this: kernel pointer arguments
-# carry `.align 16` (lowering/gpu_vectorize.py ALIGN). cuMemAlloc gives 256.
+# carry `.align 16` (lowering/gpu/kernels/vectorize.py ALIGN). cuMemAlloc gives 256.
 KERNEL_ARG_ALIGN = 16
 _u64 = ctypes.c_uint64
 _vp = ctypes.c_void_p
@@ -397,7 +397,7 @@ class LaunchPlan:
         if unaligned:
             raise ValueError(
                 f"plan buffers {unaligned} are not {KERNEL_ARG_ALIGN}-byte aligned: kernels "
-                f"assume it (lowering/gpu_vectorize.py); pass buffers of this runtime")
+                f"assume it (lowering/gpu/kernels/vectorize.py); pass buffers of this runtime")
         args = (_u64 * max(len(ptrs), 1))(*ptrs)
         _check(self._lib.lzrt_plan_run(runtime.handle, self._handle, mods, len(modules),
                                        args, len(ptrs)))

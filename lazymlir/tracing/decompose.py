@@ -1,7 +1,7 @@
 """The decomposition route: ops torch-mlir wants decomposed, with replayed templates.
 
 An op in torch-mlir's decomposition table (what its FX path applies before
-import, plus lowering.decompositions) is decomposed here; the pieces re-enter
+import, plus lowering.front.decompositions) is decomposed here; the pieces re-enter
 dispatch. A decomposition runs Python reference code and re-enters dispatch for
 every piece (t_copy -> t -> transpose -> permute -> clone), 20-50 us a call. Its
 result depends only on its arguments' shapes, dtypes and static values, so it
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from ..lowering import decompositions
+from ..lowering.front import decompositions
 from .recording import KWARGS_SEPARATOR, record
 from .trace_state import state
 from .values import LazyTensor, LazyValue, Node, node_seq_mark, signature

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from ..lowering import fx_graph
+from ..lowering.front import fx_graph
 
 # Ops eager CUDA runs with CPU index tensors (TensorIterator/indexing code
 # moves them); `copy` is a device transfer.
@@ -25,7 +25,7 @@ HOST_TENSOR_OPS = frozenset({
     "aten::_unsafe_index_put", "aten::copy",
 })
 
-SUPPORTED_DTYPES = frozenset(fx_graph._DTYPES.values())
+SUPPORTED_DTYPES = frozenset(fx_graph.DTYPES.values())
 
 
 def check_host_tensor(tensor: torch.Tensor, op_name: str | None) -> None:

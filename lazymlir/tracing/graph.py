@@ -2,7 +2,7 @@
 
 `build_graph(values)` collects the nodes the values need, numbers tensor
 inputs by first use, and writes the graph in the serialized form of
-lowering/fx_graph.py, which is the structural-hash input, the dump file and
+lowering/front/fx_graph.py, which is the structural-hash input, the dump file and
 the compiler's input at once.
 
 Python floats that reach arithmetic ops (learning rates, momentum and bias
@@ -16,7 +16,7 @@ constants: only the ops in `SCALAR_INPUT_OPS` lift them.
 
 from __future__ import annotations
 
-from ..lowering import fx_graph
+from ..lowering.front import fx_graph
 from .values import LazyValue, Node
 
 # Ops whose float arguments are plain operands of elementwise arithmetic:

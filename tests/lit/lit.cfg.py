@@ -9,7 +9,9 @@ import lit.formats
 config.name = "lazymlir"
 config.test_format = lit.formats.ShTest(execute_external=False)
 config.suffixes = [".mlir", ".py"]
-config.excludes = ["Output", "lit.cfg.py", "lit.site.cfg.py", "lit.local.cfg", "README.md"]
+# fx_graphs.py: graph builders the torch/ tests import.
+config.excludes = ["Output", "lit.cfg.py", "lit.site.cfg.py", "lit.local.cfg", "README.md",
+                   "fx_graphs.py"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.test_source_root, "Output")
 
@@ -20,7 +22,7 @@ for name in ("PATH", "HOME", "CUDA_HOME", "CUDA_PATH", "PYTHONPATH", "LD_LIBRARY
         config.environment[name] = os.environ[name]
 # Stage tests never read or write the user's persistent compile cache (~/.cache/lazymlir).
 config.environment["LAZYMLIR_CACHE_DIR"] = "off"
-# The CPU schedule's tiles follow the host's vector registers (lowering/cpu_isa.py):
+# The CPU schedule's tiles follow the host's vector registers (lowering/cpu/isa.py):
 # the expected tiles of tests/lit/loops are AVX-512's on every machine.
 config.environment["LAZYMLIR_CPU_VECTOR_ISA"] = "avx512"
 

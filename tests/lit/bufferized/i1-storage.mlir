@@ -1,7 +1,7 @@
 // RUN: lazymlir-opt %s --stage=bufferized -split-input-file | FileCheck %s
 // RUN: lazymlir-opt %s --stage=bufferized -split-input-file | FileCheck %s --check-prefix=NO-I1
 
-// Bool (i1) buffers are stored as bytes (lowering/i1_storage.py): no i1 memref is left,
+// Bool (i1) buffers are stored as bytes (lowering/bufferize/i1_storage.py): no i1 memref is left,
 // accesses narrow (trunci) what they read and widen (extui) what they write.
 // Input: `linalg` stage output.
 // NO-I1-NOT: xi1>

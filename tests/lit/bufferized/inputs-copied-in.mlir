@@ -1,6 +1,6 @@
 // RUN: lazymlir-opt %s --stage=bufferized | FileCheck %s
 
-// An in-place update (lowering/graph_inputs.py) that bufferization refuses to
+// An in-place update (lowering/bufferize/graph_inputs.py) that bufferization refuses to
 // materialize in its input: the graph is bufferized again with every input read-only,
 // and the update goes to a temporary copied into the input last.
 // lazymlir-stage: linalg

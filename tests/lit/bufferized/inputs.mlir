@@ -1,6 +1,6 @@
 // RUN: lazymlir-opt %s --stage=bufferized | FileCheck %s
 
-// Graph inputs are read-only (lowering/graph_inputs.py): an op whose destination is an
+// Graph inputs are read-only (lowering/bufferize/graph_inputs.py): an op whose destination is an
 // input works on a copy. Only a result the graph names an in-place update of an input
 // (`lazymlir.in_place`, [input, result]) is written into that input, and it is no longer
 // a result: the function has no out-parameter for it.
@@ -8,7 +8,7 @@
 #map = affine_map<(d0, d1) -> (d0, d1)>
 #transposed = affine_map<(d0, d1) -> (d1, d0)>
 module {
-  // slice_scatter(x, y): the insertion used to write into the caller's x.
+  // slice_scatter(x, y): the insertion works on a copy of x, never on the caller's x.
   // CHECK-LABEL: func.func @scatter$input_read_only
   // CHECK-SAME: (%[[X:.*]]: memref<4x3xf32>, %[[Y:.*]]: memref<2x3xf32>, %[[OUT:.*]]: memref<4x3xf32>)
   // CHECK-NEXT: memref.copy %[[X]], %[[OUT]]

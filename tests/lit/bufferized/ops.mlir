@@ -96,7 +96,7 @@ module {
   }
 }
 // One zero fill shared by two matmuls (CSE): each matmul gets a fill of its own
-// buffer (lowering/buffer_copies.py), not a copy of the other's filled buffer.
+// buffer (lowering/bufferize/buffer_copies.py), not a copy of the other's filled buffer.
 // CHECK-LABEL: func.func @mm$shared_fill
 // CHECK-SAME: (%[[A:.*]]: memref<64x32xf32>, %[[B:.*]]: memref<32x16xf32>, %[[C:.*]]: memref<32x16xf32>, %[[OUT0:.*]]: memref<64x16xf32>, %[[OUT1:.*]]: memref<64x16xf32>) {
 // CHECK-NOT: memref.copy

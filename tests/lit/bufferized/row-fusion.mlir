@@ -1,6 +1,6 @@
 // RUN: lazymlir-opt %s --stage=bufferized -split-input-file | FileCheck %s
 
-// CPU row fusion (lowering/cpu_fusion.py): a graph whose every op works row by
+// CPU row fusion (lowering/cpu/fusion.py): a graph whose every op works row by
 // row becomes one scf.forall over blocks of rows with the reductions fused in;
 // the result block is written in place, temporaries are one block. Input:
 // `linalg` stage output (softmax of a 256x1024 tensor, as torch-mlir emits it).
@@ -68,7 +68,7 @@ module {
 // CHECK: arith.divf
 // CHECK-NOT: memref.copy
 // CHECK-NOT: memref<256x1024xf32>
-// At least 64K result elements (cpu_parallel.MIN_PARALLEL_ELEMENTS): the blocks
+// At least 64K result elements (cpu.parallel.MIN_PARALLEL_ELEMENTS): the blocks
 // run on threads (not marked to run in order).
 // CHECK-NOT: lazymlir.sequential
 // CHECK: return

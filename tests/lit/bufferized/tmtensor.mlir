@@ -1,6 +1,6 @@
 // RUN: lazymlir-opt %s --stage=bufferized | FileCheck %s
 
-// What a TMTensor op becomes in the `linalg` stage (lowering/tmtensor.py): loops over a
+// What a TMTensor op becomes in the `linalg` stage (lowering/front/tmtensor.py): loops over a
 // fresh buffer wrapped in a `restrict` to_tensor, inputs read through `read_only` to_buffer (graph
 // inputs are not writable: without the marker each input was copied first). One-shot
 // bufferization resolves both: here the loops write the result out-parameter directly.

@@ -2,7 +2,7 @@
 
 // Index bounds checks (torch-mlir's gather) reach the kernel as cf.assert (lowered to
 // __assertfail by the nvvm stage): upstream convert-parallel-loops-to-gpu would leave
-// a loop holding one on the host (gpu_stages.hide_asserts / restore_asserts).
+// a loop holding one on the host (gpu.stages.hide_asserts / restore_asserts).
 #map = affine_map<(d0, d1) -> (d0, d1)>
 func.func @gather$asserts(%arg0: memref<3x4xf32>, %arg1: memref<3x2xi64>, %arg2: memref<3x2xf32>) {
   %c4 = arith.constant 4 : index

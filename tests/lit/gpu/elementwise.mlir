@@ -1,7 +1,7 @@
 // RUN: lazymlir-opt %s --target=cuda --stage=gpu -split-input-file | FileCheck %s
 
 // An elementwise op with a broadcast operand: one kernel, 4 consecutive elements per
-// thread (rows of 100 are 25 groups of 4: gpu_vectorize.py), the innermost dim varies
+// thread (rows of 100 are 25 groups of 4: gpu/kernels/vectorize.py), the innermost dim varies
 // fastest, 1600 threads = 7 blocks x 256 threads (the last one guarded).
 #map = affine_map<(d0, d1) -> (d0, d1)>
 #map1 = affine_map<(d0, d1) -> (d1)>

@@ -1,7 +1,7 @@
 // RUN: lazymlir-opt %s --target=cuda --stage=gpu -split-input-file | FileCheck %s
 
 // A host copy out of a strided view (`x[:, 1:]` copied whole) is no byte range the
-// launch plan can copy: it becomes a kernel (gpu_stages.host_copies_to_linalg).
+// launch plan can copy: it becomes a kernel (gpu.stages.host_copies_to_linalg).
 func.func @copy$strided(%arg0: memref<4x31xf32>, %arg1: memref<4x30xf32>) {
   %sv = memref.subview %arg0[0, 1] [4, 30] [1, 1] : memref<4x31xf32> to memref<4x30xf32, strided<[31, 1], offset: 1>>
   memref.copy %sv, %arg1 : memref<4x30xf32, strided<[31, 1], offset: 1>> to memref<4x30xf32>

@@ -1,6 +1,6 @@
 // RUN: lazymlir-opt %s --target=cuda --stage=gpu -split-input-file | FileCheck %s
 
-// lowering/gpu_host_loops.py: TMTensor scans/scatters leave serial scf.for nests on
+// lowering/gpu/kernels/host_loops.py: TMTensor scans/scatters leave serial scf.for nests on
 // the host. A loop whose iterations touch disjoint slices of every written buffer
 // becomes the kernel's parallel dim; the serial loop runs inside each thread.
 

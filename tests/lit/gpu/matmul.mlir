@@ -1,6 +1,6 @@
 // RUN: lazymlir-opt %s --target=cuda --stage=gpu -split-input-file | FileCheck %s
 
-// Matmul: the shared-memory tiled kernel (gpu_matmul.py). 64x80 fits one 128x128 tile:
+// Matmul: the shared-memory tiled kernel (gpu/kernels/matmul.py). 64x80 fits one 128x128 tile:
 // one block of 256 threads, each accumulating 8x8 outputs in registers (64 iter_args of
 // the k loop, step 16); A and B tiles go through workgroup memory between two barriers,
 // 16 k steps of 64 FMAs each; the zero fill is folded into the final store (no memset).

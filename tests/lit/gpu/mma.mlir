@@ -1,7 +1,7 @@
 // RUN: lazymlir-opt %s --target=cuda --stage=gpu -split-input-file | FileCheck %s
 
 // f16 matmul (f32 accumulator, as torch-mlir lowers eager's half mm): the tensor-core
-// kernel of gpu_mma.py. 37x29 fits one 128x128 tile: one block of 256 threads (8 warps).
+// kernel of gpu/kernels/mma.py. 37x29 fits one 128x128 tile: one block of 256 threads (8 warps).
 // Workgroup memory: A tile [128][32+8] and B tile [32][128+8] f16 (rows padded by 16
 // bytes), a per-warp 16x16 f32 staging tile; all 32-byte aligned (WMMA). The k loop
 // (step 32) carries the warp's 8 accumulator fragments; each k step stages A and B

@@ -1,7 +1,7 @@
 // RUN: lazymlir-opt %s --target=cuda --stage=gpu -split-input-file | FileCheck %s
 
 // Full reduction (x.sum()): rows are contiguous, so it takes the block-per-row route
-// (gpu_row_reduce.py) with the one "row" split over 19200 / (256 * 4) = 18 blocks: each
+// (gpu/kernels/row_reduce.py) with the one "row" split over 19200 / (256 * 4) = 18 blocks: each
 // thread folds a strided slice in a register, each warp combines its 32 values with xor
 // shuffles, the 8 warp partials meet in shared memory after the kernel's one barrier
 // (3 more shuffle steps), and one atomic add per block goes to the scalar output.
@@ -54,7 +54,7 @@ func.func @amax$rows(%arg0: memref<8x4096xf32>, %arg1: memref<8xf32>) {
   return
 }
 // CHECK-LABEL: func.func @amax$rows
-// The -inf fill of the 8 outputs: 4 per thread (gpu_vectorize.py), 2 threads.
+// The -inf fill of the 8 outputs: 4 per thread (gpu/kernels/vectorize.py), 2 threads.
 // CHECK: gpu.launch_func @{{.*}} threads in (%c2,
 // CHECK: gpu.launch_func @{{.*}} blocks in (%c32, %{{.*}}, %{{.*}}) threads in (%c256,
 // CHECK: gpu.barrier

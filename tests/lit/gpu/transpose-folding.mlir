@@ -1,6 +1,6 @@
 // RUN: lazymlir-opt %s --target=cuda --from=linalg --to=gpu -split-input-file | FileCheck %s
 
-// Transposes folded into their consumers (lowering/transpose_folding.py, cuda target,
+// Transposes folded into their consumers (lowering/gpu/transpose_folding.py, cuda target,
 // before bufferization). `x @ w.t()`: torch-mlir's separate linalg.transpose of w is not
 // materialised; the tiled matmul kernel reads w through the composed map. One launch,
 // no temporary, no copy.

@@ -2,7 +2,7 @@
 // RUN: lazymlir-opt %s --target=cuda --to=ptx --emit=ptx -split-input-file | FileCheck %s --check-prefix=PTX
 
 // Elementwise kernels with a contiguous innermost dim divisible by 4 (f32): each thread
-// takes 4 consecutive elements (lowering/gpu_vectorize.py): one vector.load per operand
+// takes 4 consecutive elements (lowering/gpu/kernels/vectorize.py): one vector.load per operand
 // and one vector.store, the scalar body once per lane in between. With the 16-byte
 // alignment of the pointer arguments (nvvm stage) they are 16-byte accesses in PTX.
 // 64x64: 1024 threads.

@@ -76,7 +76,7 @@ module {
   }
 }
 // The max of a decomposed amax (every softmax): the argmax half of the reduction
-// is unused, so it is dropped (lowering/unused_results.py); no i64 index is
+// is unused, so it is dropped (lowering/front/unused_results.py); no i64 index is
 // computed or stored per element.
 // CHECK-LABEL: func.func @max_dim$values_only
 // CHECK: linalg.generic {{.*}} iterator_types = ["parallel", "reduction"]} ins(%{{.*}} : tensor<8x64xf32>) outs(%{{.*}} : tensor<8xf32>) {

@@ -1,7 +1,7 @@
 // RUN: lazymlir-opt %s --stage=linalg -split-input-file | FileCheck %s
 
 // TMTensor ops (torch-mlir's own dialect, unknown to upstream MLIR) are lowered to scf
-// loops over buffers inside torch-mlir's build (lowering/tmtensor.py); the rest stays
+// loops over buffers inside torch-mlir's build (lowering/front/tmtensor.py); the rest stays
 // linalg on tensors. The loops' result buffer is handed back as a `restrict` tensor.
 
 // lazymlir-stage: torch-backend

@@ -1,7 +1,7 @@
 // RUN: lazymlir-opt %s --stage=llvm | FileCheck %s
 
 // double -> bfloat16 (a float64 value stored into a bf16 buffer) goes through float32
-// (lowering/bf16_rounding.py): LLVM's direct fptrunc calls __truncdfbf2, which nothing
+// (lowering/cpu/bf16_rounding.py): LLVM's direct fptrunc calls __truncdfbf2, which nothing
 // the CPU .so links provides; eager also rounds to float first.
 // lazymlir-stage: loops
 module {

@@ -2,7 +2,7 @@
 
 // A bool buffer written and read through memref.store/load (as in the loops TMTensor ops
 // become) goes all the way to LLVM: stored as an i8 (zext), loaded and truncated. Without
-// the i1-as-i8 rewrite (lowering/i1_storage.py) LLVM 22's memref lowering fails here.
+// the i1-as-i8 rewrite (lowering/bufferize/i1_storage.py) LLVM 22's memref lowering fails here.
 // Input: `linalg` stage output; every stage up to `llvm` runs.
 // lazymlir-stage: linalg
 module {

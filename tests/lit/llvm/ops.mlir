@@ -27,7 +27,7 @@ module {
 // CHECK: %[[V_2:.*]] = llvm.select %[[V]], %{{.*}}, %{{.*}} : i1, f32
 // CHECK: llvm.store %[[V_2]], %{{.*}} : f32, !llvm.ptr
 // CHECK: llvm.return
-// The function's body moved into its C interface (lowering/c_interface.py): no call with
+// The function's body moved into its C interface (lowering/cpu/c_interface.py): no call with
 // every descriptor field as an argument, no second function.
 // CHECK-NOT: llvm.call @relu$basic
 // CHECK-NOT: llvm.func @relu$basic(

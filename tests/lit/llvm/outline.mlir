@@ -1,6 +1,6 @@
 // RUN: lazymlir-opt %s --stage=llvm | FileCheck %s
 
-// The nests outlined at the loops stage (lowering/cpu_outline.py, lit
+// The nests outlined at the loops stage (lowering/cpu/outline.py, lit
 // loops/outline.mlir) at the llvm stage: the temporary recorded as noalias gets
 // `llvm.noalias` on its aligned pointer (allocated pointer, aligned pointer,
 // offset, size, stride per memref argument; convert-func-to-llvm drops the

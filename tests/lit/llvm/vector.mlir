@@ -1,6 +1,6 @@
 // RUN: lazymlir-opt %s --to=llvm -split-input-file | FileCheck %s
 
-// The vector code of the CPU schedule (lowering/cpu_schedule.py) reaches the
+// The vector code of the CPU schedule (lowering/cpu/schedule.py) reaches the
 // LLVM dialect as vector instructions. Input: `bufferized` stage output (runs
 // the `loops` and `llvm` stages).
 
@@ -49,7 +49,7 @@ module {
     return
   }
 }
-// A parallel loop (lowering/cpu_parallel.py) stays an OpenMP region with LLVM
+// A parallel loop (lowering/cpu/parallel.py) stays an OpenMP region with LLVM
 // types: mlir-translate outlines it into __kmpc_fork_call/static-schedule calls,
 // which lazymlir/targets/cpu_threads.py implements on PyTorch's libgomp.
 // CHECK-LABEL: llvm.func @_mlir_ciface_mm$threads(

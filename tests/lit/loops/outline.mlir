@@ -1,6 +1,6 @@
 // RUN: lazymlir-opt %s --stage=loops | FileCheck %s
 
-// lowering/cpu_outline.py, at the end of the loops stage: with at least 8
+// lowering/cpu/outline.py, at the end of the loops stage: with at least 8
 // top-level loop nests, each nest of a public function (scf.for, and scf.forall
 // before it becomes an OpenMP region) becomes a private noinline function (LLVM's
 // loop passes re-analyse a whole function per loop: a GPT graph's `opt` time

@@ -1,7 +1,7 @@
 // RUN: env LAZYMLIR_CPU_VECTOR_ISA=avx2 lazymlir-opt %s --stage=loops -split-input-file | FileCheck %s
 
 // The CPU schedule's tiles for AVX2 hosts (16 ymm registers of 8 floats;
-// lowering/cpu_isa.py). Input: `bufferized` stage output.
+// lowering/cpu/isa.py). Input: `bufferized` stage output.
 
 // lazymlir-stage: bufferized
 module {

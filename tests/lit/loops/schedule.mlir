@@ -1,6 +1,6 @@
 // RUN: lazymlir-opt %s --stage=loops -split-input-file | FileCheck %s
 
-// The CPU schedule (lowering/cpu_schedule.py) on shapes big enough for its
+// The CPU schedule (lowering/cpu/schedule.py) on shapes big enough for its
 // full tiles. Input: `bufferized` stage output.
 
 // lazymlir-stage: bufferized
@@ -14,7 +14,7 @@ module {
 }
 // Cache tiles of 64 x 256 x 256 (M x N x K) around 8 x 32 register tiles
 // over 4 steps of K; the 8 x 32 accumulator stays in registers across K.
-// Large enough for threads (cpu_parallel): the 2 x 2 blocks of 64 rows and 256
+// Large enough for threads (cpu.parallel): the 2 x 2 blocks of 64 rows and 256
 // columns are the iterations of an OpenMP worksharing loop (run on PyTorch's
 // OpenMP threads).
 // CHECK-LABEL: func.func @mm$tiled
@@ -167,7 +167,7 @@ module {
     return
   }
 }
-// At least 64K elements (cpu_parallel.MIN_PARALLEL_ELEMENTS): the outermost loop
+// At least 64K elements (cpu.parallel.MIN_PARALLEL_ELEMENTS): the outermost loop
 // is split into 16 blocks of 32 rows, the iterations of an OpenMP loop.
 // CHECK-LABEL: func.func @exp$threads
 // CHECK-DAG: %[[C16:.*]] = arith.constant 16 : index
@@ -197,7 +197,7 @@ module {
     return
   }
 }
-// A copy into a strided slice (lowering/buffer_copies.py): loops over the
+// A copy into a strided slice (lowering/bufferize/buffer_copies.py): loops over the
 // contiguous innermost dim, not MLIR's runtime memrefCopy (one memcpy call per
 // element for such layouts).
 // CHECK-LABEL: func.func @copy$strided
@@ -379,7 +379,7 @@ module {
     return
   }
 }
-// Elementwise ops vectorized along their innermost dim (cpu_schedule's
+// Elementwise ops vectorized along their innermost dim (cpu.schedule's
 // _elementwise_vector_plan), not left to LLVM's loop vectorizer with a runtime alias
 // check and a scalar copy per loop. A 0-d input is read once before the loops, so
 // what is computed from it alone (AdamW's beta ** step) is computed once; a payload

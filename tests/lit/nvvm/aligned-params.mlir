@@ -2,7 +2,7 @@
 // RUN: lazymlir-opt %s --target=cuda --to=ptx --emit=ptx | FileCheck %s --check-prefix=PTX
 
 // Kernel pointer arguments get `llvm.align = 16` (PTX `.ptr .align 16`) where the plan
-// passes them at a multiple of 16 bytes from a buffer's start (lowering/gpu_vectorize.py:
+// passes them at a multiple of 16 bytes from a buffer's start (lowering/gpu/kernels/vectorize.py:
 // buffers are 256-byte aligned). A view 4 bytes in (the lzrt.view at offset 4) gets no
 // claim; one 32 bytes in does; the kernel launched twice keeps the claim only for the
 // argument aligned at both launches. Without the claim a 16-byte vector.load is not

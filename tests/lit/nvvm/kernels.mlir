@@ -28,7 +28,7 @@ module attributes {gpu.container_module} {
 // CHECK-LABEL: func.func @plan()
 // CHECK: "lzrt.launch"{{.*}}kernel = "relu$basic_kernel", module = "relu$basic_kernel"
 // CHECK: gpu.module @relu$basic_kernel [#nvvm.target<O = 3, chip = "sm_90"
-// Buffers the plan passes at offset 0 are 16-byte aligned (gpu_vectorize.align_kernel_params).
+// Buffers the plan passes at offset 0 are 16-byte aligned (gpu.kernels.vectorize.align_kernel_params).
 // CHECK: llvm.func @relu$basic_kernel(%[[IN:[^:]*]]: !llvm.ptr {llvm.align = 16 : i64}, %[[OUT:[^:]*]]: !llvm.ptr {llvm.align = 16 : i64}) attributes {gpu.kernel
 // CHECK-DAG: nvvm.read.ptx.sreg.ctaid.x
 // CHECK-DAG: nvvm.read.ptx.sreg.tid.x

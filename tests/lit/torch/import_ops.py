@@ -1,32 +1,6 @@
 # RUN: %PYTHON %s | FileCheck %s
 # fx graph JSON -> torch dialect (torch-mlir's FxImporter), one graph per op kind.
-import json
-
-from lazymlir.lowering.torch_stages import import_fx
-from lazymlir.lowering.mlir_runner import print_module
-
-
-def graph(inputs, nodes, outputs):
-    return json.dumps({
-        "format": "lazymlir-fx", "version": 1,
-        "inputs": [{"shape": s, "dtype": "float32"} for s in inputs],
-        "nodes": [{"op": op, "args": args, "kwargs": {}, "outputs": [{"shape": o, "dtype": "float32"}]}
-                  for op, args, o in nodes],
-        "outputs": outputs})
-
-
-def inp(i):
-    return {"ref": ["input", i, 0]}
-
-
-def node(i):
-    return {"ref": ["node", i, 0]}
-
-
-def run(name, text):
-    print(f"TEST: {name}")
-    print(print_module(import_fx(text)))
-
+from fx_graphs import graph, inp, node, run
 
 run("relu$basic", graph([[4, 8]], [("aten.relu.default", [inp(0)], [4, 8])], [node(0)]))
 # CHECK-LABEL: TEST: relu$basic

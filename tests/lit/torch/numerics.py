@@ -1,9 +1,11 @@
 # RUN: %PYTHON %s | FileCheck %s
-# fx graph JSON -> torch dialect with lowering/numerics.py's rewrites, one graph per rule.
+# fx graph JSON -> torch dialect with lowering/front/numerics.py's rewrites, one graph per rule.
 import json
 
 from lazymlir.lowering.mlir_runner import print_module
-from lazymlir.lowering.torch_stages import import_fx
+from lazymlir.lowering.front.stages import import_fx
+
+from fx_graphs import inp
 
 
 def run(name, inputs, op, args, out, kwargs=None):
@@ -18,10 +20,6 @@ def run(name, inputs, op, args, out, kwargs=None):
         "outputs": [{"ref": ["node", 0, i]} for i in range(len(outs))]})
     print(f"TEST: {name}")
     print(print_module(import_fx(text)))
-
-
-def inp(i):
-    return {"ref": ["input", i, 0]}
 
 
 run("sum$float16", [([5000], "float16")], "aten.sum.dim_IntList", [inp(0), []], ([], "float16"))

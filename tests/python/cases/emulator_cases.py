@@ -35,7 +35,7 @@ CASES = {
                  lambda: (torch.randn(8, 70),), "randn"),
     "slice_cols": (lambda x: x[:, 1:] * 2, lambda: (torch.randn(4, 31),), "randn"),
     "slice_rows": (lambda x: x[2:5] + 1, lambda: (torch.randn(9, 13),), "randn"),
-    # 16-byte accesses (lowering/gpu_vectorize.py): a view 4 bytes in keeps one element
+    # 16-byte accesses (lowering/gpu/kernels/vectorize.py): a view 4 bytes in keeps one element
     # per thread; one 16 bytes in (rows of 68 floats) takes 4 per thread, as does a chain
     # with a broadcast row; one reading a transpose in place (y.t()) keeps one.
     "slice_cols_64": (lambda x: x[:, 1:] * 2, lambda: (torch.randn(8, 65),), "randn"),
@@ -68,7 +68,7 @@ CASES = {
     "bmm": (lambda a, b: torch.bmm(a, b), lambda: (torch.randn(3, 9, 14), torch.randn(3, 14, 6)),
             "randn"),
     # TMTensor scans: serial along the scanned dim, one thread per row/column
-    # (lowering/gpu_host_loops.py).
+    # (lowering/gpu/kernels/host_loops.py).
     "cumsum_rows": (lambda x: torch.cumsum(x, 1), lambda: (torch.randn(37, 45),), "randn"),
     "cumsum_cols": (lambda x: torch.cumsum(x, 0), lambda: (torch.randn(23, 19),), "randn"),
     "cumprod": (lambda x: torch.cumprod(x, -1), lambda: (1 + 0.01 * torch.randn(6, 40),),

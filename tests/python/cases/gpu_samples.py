@@ -3,7 +3,7 @@
 Each sample is a small torch module plus example inputs. Helpers turn a sample into
 linalg-on-tensors text (through torch-mlir's FX importer) and into the `bufferized`
 stage (upstream MLIR: linalg on memrefs, outputs as out-params), which is the input of
-`lowering.gpu_pipeline.to_gpu`. Kept free of `lazymlir` imports so any test can reuse it.
+`lowering.gpu.pipeline.to_gpu`. Kept free of `lazymlir` imports so any test can reuse it.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import functools
 import torch
 
 # Same pipeline the stage registry uses for `linalg` -> `bufferized`; the optional
-# elementwise-fusion prefix is `lowering.gpu_pipeline.LINALG_FUSION_PIPELINE`.
+# elementwise-fusion prefix is `lowering.gpu.pipeline.LINALG_FUSION_PIPELINE`.
 BUFFERIZE_PIPELINE = (
     "builtin.module("
     "one-shot-bufferize{bufferize-function-boundaries "
@@ -112,7 +112,7 @@ def bufferized_text(name: str, fuse: bool = True) -> str:
     with ir.Context():
         module = ir.Module.parse(linalg_text(name))
         if fuse:
-            from lazymlir.lowering.gpu_pipeline import LINALG_FUSION_PIPELINE
+            from lazymlir.lowering.gpu.pipeline import LINALG_FUSION_PIPELINE
 
             passmanager.PassManager.parse(LINALG_FUSION_PIPELINE).run(module.operation)
         passmanager.PassManager.parse(BUFFERIZE_PIPELINE).run(module.operation)

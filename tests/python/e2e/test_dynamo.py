@@ -119,7 +119,7 @@ def test_tensors_made_in_forward_are_graph_constants():
 
 def test_weight_norm_training_compiles_whole():
     """_weight_norm_interface_backward (autograd's formula for the fused weight norm)
-    is decomposed (lowering/decompositions.py): no fallback inside the backward graph."""
+    is decomposed (lowering/front/decompositions.py): no fallback inside the backward graph."""
     torch.manual_seed(0)
     eager = nn.utils.parametrizations.weight_norm(nn.Conv1d(8, 8, 4, padding=2, groups=2),
                                                   name="weight", dim=2)
@@ -195,7 +195,8 @@ def _in_place_executables() -> list:
 def test_a_compiled_optimizer_step_updates_parameters_and_state_in_place(make_optimizer):
     """AOTAutograd keeps an inference graph's input mutations in the graph
     (keep_inference_input_mutations): the compiled step writes each parameter and
-    state tensor where it is (lowering/graph_inputs.py), with no new tensors copied back."""
+    state tensor where it is (lowering/bufferize/graph_inputs.py), with no new tensors
+    copied back."""
     eager, compiled = _mlp(), _mlp()
     opts = [make_optimizer(m.parameters()) for m in (eager, compiled)]
     step = _compile(opts[1].step)
@@ -235,7 +236,7 @@ def test_in_place_updates_of_strided_inputs_and_of_transposed_reads_match_eager(
 
 def test_an_update_through_a_view_also_returned_matches_eager():
     """Bufferization refuses to materialize this update in x (x is also a result): the
-    graph is compiled with the update copied into x last (lowering/cpu_pipeline.py)."""
+    graph is compiled with the update copied into x last (lowering/bufferize/stage.py)."""
     def f(x):
         x[1:].mul_(3)
         return (x,)
@@ -378,7 +379,7 @@ def test_forward_and_backward_compile_at_once_in_two_workers(tmp_path):
 
 def _atan2_does_not_lower(monkeypatch):
     """Compiles of graphs with atan2 fail (in workers forked after this)."""
-    from lazymlir.lowering import numerics
+    from lazymlir.lowering.front import numerics
 
     real = numerics.apply
 
@@ -437,7 +438,7 @@ def _slow_compiles(monkeypatch, seconds: float):
     """Every compile in the (forked) workers takes `seconds` longer."""
     import time
 
-    from lazymlir.lowering import numerics
+    from lazymlir.lowering.front import numerics
 
     real = numerics.apply
 

@@ -297,7 +297,7 @@ def test_ctc_loss_backward_runs_eagerly_on_its_own_copies():
 def test_weight_norm_backward_lowers(dim):
     # autograd's formula for the fused _weight_norm_interface calls
     # _weight_norm_interface_backward, which neither torch-mlir nor PyTorch's table
-    # decomposes (lowering/decompositions.py does): Wav2Vec2's positional convolution.
+    # decomposes (lowering/front/decompositions.py does): Wav2Vec2's positional convolution.
     import copy
 
     torch.manual_seed(0)

@@ -1,7 +1,7 @@
 """Bad input behaves as in eager PyTorch, and threads each trace their own programs.
 
 Out-of-range indices and integer division by zero raise eager's error class and
-message at the sync point (lowering/checks.py) instead of reading garbage, aborting
+message at the sync point (lowering/front/checks.py) instead of reading garbage, aborting
 (SIGABRT in a compiled `cf.assert`) or killing the process (SIGFPE); the cases that
 can crash run in a child process. A CPU tensor mixed into a device op raises eager's
 device error.
@@ -245,7 +245,7 @@ THREADS_CHILD = textwrap.dedent("""
 def test_two_threads_training_their_own_models_match_eager():
     """Each thread traces and syncs its own tensors (trace state is per thread; graph
     building, the caches and execution are under the session lock); a race there shows
-    as one thread failing, e.g. with an IndexError in lowering/fx_graph.py."""
+    as one thread failing, e.g. with an IndexError in lowering/front/fx_graph.py."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAZYMLIR_")}
     env.update(LAZYMLIR_TARGET="cpu")
     done = subprocess.run([sys.executable, "-c", THREADS_CHILD], env=env, capture_output=True,
@@ -256,7 +256,7 @@ def test_two_threads_training_their_own_models_match_eager():
 
 
 def test_instrument_clamps_indices_guards_divisors_and_adds_one_flag():
-    from lazymlir.lowering import checks, fx_graph
+    from lazymlir.lowering.front import checks, fx_graph
 
     ref = lambda kind, i: {"ref": [kind, i, 0]}  # noqa: E731
     graph = {"format": fx_graph.FORMAT, "version": fx_graph.VERSION, "scalars": [],

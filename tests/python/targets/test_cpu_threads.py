@@ -18,7 +18,7 @@ import pytest
 import torch
 from conftest import DEVICE, assert_no_fallback, target_name
 
-from lazymlir.lowering import cpu_codegen, cpu_parallel
+from lazymlir.lowering.cpu import codegen as cpu_codegen, parallel as cpu_parallel
 from lazymlir.targets import cpu_threads
 
 pytestmark = pytest.mark.skipif(target_name() != "cpu", reason="the cpu target's threads")

@@ -278,7 +278,7 @@ def test_plan_checks_argument_sizes(rt):
 
 
 def test_plan_refuses_unaligned_buffers(rt):
-    """Kernel pointer parameters claim 16-byte alignment (lowering/gpu_vectorize.py): a
+    """Kernel pointer parameters claim 16-byte alignment (lowering/gpu/kernels/vectorize.py): a
     buffer that does not start at a multiple of 16 is refused before anything runs."""
     module = rt.load_module(FAKE_PTX)
     plan = LaunchPlan(HEADER + "arg 0 0\narg 1 1\nlaunch 0 touch 1 1 1 1 1 1 0 1 p1\n")

@@ -13,9 +13,10 @@ import sys
 import pytest
 import torch
 
-import lazymlir
-from lazymlir.lowering import artifacts, fx_graph, stages
-from lazymlir.lowering.fx_graph import output_metas
+import lazymlir  # noqa: F401  registers the device
+from lazymlir.lowering import artifacts, stages
+from lazymlir.lowering.front import fx_graph
+from lazymlir.lowering.front.fx_graph import output_metas
 from lazymlir.targets import cuda_driver as cuda
 from lazymlir.targets.cuda import CudaTarget, unavailable_reason
 

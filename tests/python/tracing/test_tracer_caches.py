@@ -11,7 +11,7 @@ import torch.nn as nn
 from conftest import DEVICE, assert_no_fallback
 
 import lazymlir
-from lazymlir.lowering import fx_graph
+from lazymlir.lowering.front import fx_graph
 from lazymlir.tracing import tracer, values
 from lazymlir.tracing.graph import build_graph
 

@@ -1,9 +1,9 @@
 """Bool (i1) buffers and TMTensor ops compile and match eager, with no fallback.
 
 Bool masks that survive fusion live in i1 buffers after bufferization, which LLVM 22
-cannot lower: they are stored as i8 (lowering/i1_storage.py). Scatter-like ops, sorts and
+cannot lower: they are stored as i8 (lowering/bufferize/i1_storage.py). Scatter-like ops, sorts and
 scans become torch-mlir TMTensor ops, lowered to loops in the `linalg` stage
-(lowering/tmtensor.py). Each case here failed or fell back to eager before those two.
+(lowering/front/tmtensor.py). Each case here failed or fell back to eager before those two.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from conftest import assert_no_fallback, compare_with_eager
 
 import lazymlir
 
-from lazymlir.lowering import contracts, stages, tmtensor
+from lazymlir.lowering import contracts, stages
+from lazymlir.lowering.front import tmtensor
 
 
 def r(*shape, seed=0):

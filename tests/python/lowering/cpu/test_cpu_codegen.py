@@ -1,4 +1,4 @@
-"""CPU code generation of large graphs (lowering/cpu_outline.py, lowering/cpu_codegen.py).
+"""CPU code generation of large graphs (lowering/cpu/outline.py, lowering/cpu/codegen.py).
 
 A graph with many loop nests is outlined into one function per nest, and a large
 module is split into parts compiled by parallel `opt`/`llc` processes and linked into
@@ -13,7 +13,7 @@ import pytest
 import torch
 from conftest import target_name
 
-from lazymlir.lowering import cpu_codegen, cpu_pipeline
+from lazymlir.lowering.cpu import codegen as cpu_codegen, stages as cpu_pipeline
 from lazymlir.targets.cpu import CpuExecutable
 
 pytestmark = pytest.mark.skipif(target_name() != "cpu", reason="CPU code generation")

@@ -1,5 +1,5 @@
 """libm calls outside LLVM's LIBMVEC table vectorize through glibc's libmvec
-(lowering/cpu_vector_math.py), and GELU's erf on the device matches eager."""
+(lowering/cpu/vector_math.py), and GELU's erf on the device matches eager."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from conftest import DEVICE, assert_no_fallback, target_name
 
-from lazymlir.lowering import cpu_codegen, cpu_vector_math
+from lazymlir.lowering.cpu import codegen as cpu_codegen, vector_math as cpu_vector_math
 
 # A loop calling erff then expf, as convert-math-to-libm and mlir-translate leave it.
 LOOP = """target triple = "x86_64-unknown-linux-gnu"
@@ -130,7 +130,7 @@ def test_vectorized_exp_of_a_reduction_calls_libmvec(tmp_path):
     """The schedule vectorizes a softmax's exp-sum itself (MLIR vectors, not LLVM's loop
     vectorizer): its exp must still be a vector libmvec call, not one scalar expf per
     element (log_softmax took 3x eager's time that way)."""
-    from lazymlir.lowering import cpu_pipeline
+    from lazymlir.lowering.cpu import stages as cpu_pipeline
     from lazymlir.targets.cpu import CpuExecutable
 
     loops = cpu_pipeline.to_loops(EXP_SUM)
@@ -152,7 +152,7 @@ def test_schedule_vectorized_libm_is_one_call_per_8_lanes(tmp_path, monkeypatch,
     tiles (16-lane registers) a reduction's `llvm.exp.v16f32` became 16 scalar expf calls.
     The schedule's libm steps are 8 lanes under either ISA's tiles (the AVX2 variants
     also run on AVX-512 hosts); the same for an elementwise exp it vectorizes."""
-    from lazymlir.lowering import cpu_pipeline
+    from lazymlir.lowering.cpu import stages as cpu_pipeline
     from lazymlir.targets.cpu import CpuExecutable
 
     monkeypatch.setenv("LAZYMLIR_CPU_VECTOR_ISA", isa)

@@ -1,4 +1,4 @@
-"""Edge-case numerics match eager PyTorch on the CPU (lowering/numerics.py).
+"""Edge-case numerics match eager PyTorch on the CPU (lowering/front/numerics.py).
 
 Each case notes the value torch-mlir's plain lowering gives, and is compared with eager.
 """

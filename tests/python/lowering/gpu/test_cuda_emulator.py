@@ -3,7 +3,7 @@
 Every case of emulator_cases.py is traced by the real tracer (child process, cpu
 target, fx graphs dumped), then each fx graph is compiled for the cuda target
 (fx -> ... -> gpu -> plan -> nvvm -> ptx), its gpu-stage kernels are built for the
-CPU (lowering/gpu_emulator.py), and the real launch plan runs through the C++
+CPU (lowering/gpu/emulator.py), and the real launch plan runs through the C++
 runtime (Plan.cpp, caching allocator, C API, CudaExecutable) on the emulator driver,
 which runs every kernel and poisons every allocation with NaN bytes. The outputs are
 compared with the same fx graph run eagerly by PyTorch on the same random inputs;
@@ -25,7 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import emulator_cases  # noqa: E402
 
-from lazymlir.lowering import fx_graph, gpu_emulator, gpu_stages, stages  # noqa: E402
+from lazymlir.lowering import stages  # noqa: E402
+from lazymlir.lowering.front import fx_graph  # noqa: E402
+from lazymlir.lowering.gpu import emulator as gpu_emulator, stages as gpu_stages  # noqa: E402
 from lazymlir.targets import cuda_driver  # noqa: E402
 from lazymlir.targets.cuda import CudaExecutable  # noqa: E402
 from lazymlir.targets.cuda_driver import LaunchPlan  # noqa: E402
@@ -193,7 +195,7 @@ def test_slice_view_plan_passes_base_pointer(traced):
     ("vec4_chain", 4), ("slice_cols_aligned", 4), ("elementwise", 4),
     ("slice_cols_64", 1), ("transposed_chain", 1), ("gelu_pow", 1)])
 def test_elementwise_elements_per_thread(name, width, traced):
-    """lowering/gpu_vectorize.py: an elementwise kernel whose accesses are contiguous and
+    """lowering/gpu/kernels/vectorize.py: an elementwise kernel whose accesses are contiguous and
     16-byte aligned in groups of 4 runs one thread per 4 elements (grid x block from the
     plan); a view 4 bytes in, a transposed operand or an odd row (70) keeps one each."""
     fx_text = traced[name][0]
@@ -257,7 +259,7 @@ module attributes {gpu.container_module} {
 """
     code = f"""
 import torch
-from lazymlir.lowering import gpu_emulator
+from lazymlir.lowering.gpu import emulator as gpu_emulator
 from lazymlir.targets import cuda_driver
 from lazymlir.targets.cuda import CudaExecutable
 import lazymlir

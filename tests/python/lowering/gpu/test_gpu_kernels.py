@@ -32,7 +32,10 @@ from test_cuda_emulator import (  # noqa: E402
     trace_cases,
 )
 
-from lazymlir.lowering import fx_graph, gpu_row_fusion, gpu_stages, stages  # noqa: E402
+from lazymlir.lowering import stages  # noqa: E402
+from lazymlir.lowering.front import fx_graph  # noqa: E402
+from lazymlir.lowering.gpu import stages as gpu_stages  # noqa: E402
+from lazymlir.lowering.gpu.kernels import row_fusion as gpu_row_fusion  # noqa: E402
 from lazymlir.targets import cuda_driver  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -96,7 +99,7 @@ def test_matmul_is_tiled(name, traced):
 @pytest.mark.parametrize("name", gpu_kernel_cases.TRANSPOSED)
 def test_transposed_operand_is_not_copied(name, traced):
     """`x @ w.t()`, `x.t() @ y`, `bmm(q, k.transpose(1, 2))`: the transpose folds into the
-    matmul's indexing map (lowering/transpose_folding.py): the plan is the matmul's launch
+    matmul's indexing map (lowering/gpu/transpose_folding.py): the plan is the matmul's launch
     alone, which reads the graph inputs themselves."""
     plan_text, _ = compile_for_emulator(traced[name][0])
     steps = [line.split()[0] for line in plan_text.splitlines()[1:]

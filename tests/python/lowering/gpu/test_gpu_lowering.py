@@ -16,8 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_samples  # noqa: E402
 from mlir import ir  # noqa: E402
 
-from lazymlir.lowering import gpu_pipeline as gp  # noqa: E402
-from lazymlir.lowering import launch_plan as lp  # noqa: E402
+from lazymlir.lowering.gpu import pipeline as gp  # noqa: E402
+from lazymlir.lowering.gpu import launch_plan as lp  # noqa: E402
 
 NAMES = sorted(gpu_samples.SAMPLES)
 
@@ -218,7 +218,7 @@ def test_plan_rejects_host_ops():
 
 def test_contract_ptx_requires_serialised_kernels():
     """After ptx/cubin every gpu.module must be a gpu.binary, next to the plan."""
-    from lazymlir.lowering import contracts
+    from lazymlir.lowering.gpu import contracts
 
     with ir.Context() as ctx:
         module = gpu_samples.bufferized_module("elementwise", ctx)
@@ -233,7 +233,7 @@ def test_contract_ptx_requires_serialised_kernels():
 
 
 def test_contract_names_host_op_left_behind():
-    from lazymlir.lowering import contracts
+    from lazymlir.lowering.gpu import contracts
 
     text = """
 module attributes {gpu.container_module} {

@@ -1,4 +1,4 @@
-"""f16/bf16 matmuls on tensor cores (lowering/gpu_mma.py), executed by the emulator driver.
+"""f16/bf16 matmuls on tensor cores (lowering/gpu/kernels/mma.py), executed by the emulator driver.
 
 Each case of tensor_core_cases.py is traced by the real tracer (child process, cpu
 target, no fallback allowed), compiled for the cuda target and run through the C++
@@ -37,7 +37,9 @@ from test_cuda_emulator import (  # noqa: E402
     trace_cases,
 )
 
-from lazymlir.lowering import fx_graph, gpu_pipeline, gpu_stages, stages  # noqa: E402
+from lazymlir.lowering import stages  # noqa: E402
+from lazymlir.lowering.front import fx_graph  # noqa: E402
+from lazymlir.lowering.gpu import pipeline as gpu_pipeline, stages as gpu_stages  # noqa: E402
 from lazymlir.targets import cuda_driver  # noqa: E402
 
 TESTS_DIR = Path(__file__).resolve().parents[2]  # conftest.py, imported by the child
@@ -213,7 +215,7 @@ KNOWN = "attributes {known_block_size = array<i32: 32, 1, 1>}"
     (KNOWN, STRAIGHT.replace("%fc :", "%fc {a_transpose} :"), "a_transpose"),
 ])
 def test_emulator_rejects_unsupported_fragment_code(attrs, body, message):
-    from lazymlir.lowering import gpu_emulator
+    from lazymlir.lowering.gpu import emulator as gpu_emulator
 
     text = FRAGMENT_KERNEL.replace("ATTRS", attrs).replace("BODY", body)
     with pytest.raises(gpu_pipeline.GpuLoweringError, match=message):
@@ -223,7 +225,7 @@ def test_emulator_rejects_unsupported_fragment_code(attrs, body, message):
 def test_emulator_runs_one_fragment_product(runtime):
     """A single warp: C = A @ B of two 16x16 f16 tiles staged in workgroup memory by
     its 32 lanes, through the lane-0 fragment emulation."""
-    from lazymlir.lowering import gpu_emulator
+    from lazymlir.lowering.gpu import emulator as gpu_emulator
     from lazymlir.targets.cuda import CudaExecutable
 
     # Lane t stages elements 8t .. 8t+7 of both tiles.

@@ -1,0 +1,116 @@
+"""The CPU stages after `bufferized`: `loops` (scf loops over memrefs, tiled and
+vectorized by the schedule, parallel nests as OpenMP regions) and `llvm` (the LLVM
+dialect, ready for mlir-translate + llc in cpu/codegen.py).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from . import bf16_rounding, c_interface, outline, parallel, schedule
+from ..bufferize import buffer_copies
+from ..mlir_runner import UPSTREAM, run_pipeline
+
+log = logging.getLogger("lazymlir.lowering.cpu")
+
+LOOPS_PIPELINE = (
+    "builtin.module("
+    # What schedule did not tile and vectorize: linalg on buffers -> scf
+    # loops (LLVM's loop vectorizer takes the simple ones at -O3).
+    "func.func(convert-linalg-to-loops),"
+    # Temporaries get deallocations where their last use is.
+    "buffer-deallocation-pipeline,convert-bufferization-to-memref,"
+    "canonicalize,cse)"
+)
+# Then each loop nest becomes a function of its own, identical ones one function
+# (outline.outline_loop_nests), and:
+PARALLEL_LOOPS_PIPELINE = (
+    "builtin.module("
+    # The scf.forall loops (fusion, schedule: only for work large
+    # enough to pay for a dispatch) run on all cores, as OpenMP regions
+    # (lowering/cpu/parallel.py says how and on which threads).
+    + parallel.PARALLEL_PASSES + ","
+    "canonicalize,cse)"
+)
+
+LLVM_PIPELINE = (
+    "builtin.module("
+    # n-D vector transfers left by the schedule -> 1-D ones (unrolled).
+    "func.func(convert-vector-to-scf{full-unroll=true}),"
+    "lower-affine,"
+    # Structured control flow -> branches, which the LLVM dialect expresses.
+    "convert-scf-to-cf,"
+    # Subviews/reshapes -> explicit descriptors before the memref lowering.
+    "expand-strided-metadata,"
+    # ...which computes subview offsets with affine.apply.
+    "lower-affine,"
+    # Buffers through lazymlir/targets/cpu_alloc.py's caching allocator, not malloc/free.
+    "finalize-memref-to-llvm{use-generic-functions=1},"
+    # fpowi/ipowi with i64 exponents (x**2 from torch) have no correct LLVM
+    # intrinsic form; outline them as software loops first.
+    "convert-math-to-funcs,convert-scf-to-cf,"
+    # 1-D vector ops -> LLVM vector instructions (before the arith/math
+    # conversions, which it also uses for vector element types). Horizontal
+    # sums may reassociate (a shuffle tree, as eager's vectorized sums do):
+    # only the schedule's reductions create them.
+    "convert-vector-to-llvm{reassociate-fp-reductions},convert-ub-to-llvm,"
+    "convert-math-to-llvm,convert-math-to-libm,convert-arith-to-llvm,convert-cf-to-llvm,"
+    # The entry gets a C interface (_mlir_ciface_main) that the runtime calls
+    # with one memref descriptor pointer per argument.
+    "convert-func-to-llvm,convert-index-to-llvm,"
+    # OpenMP regions (parallel loops) get LLVM types; mlir-translate outlines them.
+    "convert-openmp-to-llvm,"
+    # Casts left between the partial conversions must all cancel out.
+    "reconcile-unrealized-casts)"
+)
+
+
+
+def _unscheduled(module) -> None:
+    buffer_copies.strided_copies_to_loops(module)
+    parallel.run_small_loops_in_order(module)
+
+
+def _schedule(module) -> None:
+    _unscheduled(module)
+    schedule.apply(module)
+
+
+def to_loops(text: str):
+    try:
+        module = run_pipeline(UPSTREAM, text, LOOPS_PIPELINE, before=_schedule)
+    except schedule.ScheduleFailure as error:
+        # A strategy that does not fit an op costs speed, not the graph: the
+        # unscheduled pipeline lowers every linalg op to scalar loops.
+        log.warning("%s; compiling this graph without tiling/vectorization", error)
+        module = run_pipeline(UPSTREAM, text, LOOPS_PIPELINE, before=_unscheduled)
+    # Outlined before the parallel loops become OpenMP regions, so that a parallel
+    # nest repeated by every layer of a model is one function too (the regions are
+    # most of a transformer graph's code).
+    return run_pipeline(UPSTREAM, str(module), PARALLEL_LOOPS_PIPELINE,
+                        before=outline.outline_loop_nests)
+
+
+def _mark_c_interface(module) -> None:
+    """The public functions (the graph; not its outlined nests) get a C interface."""
+    from mlir import ir
+
+    for op in module.body.operations:
+        if op.operation.name == "func.func" and "sym_visibility" not in op.attributes:
+            op.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()
+
+
+def to_llvm(text: str):
+    noalias: dict[str, list[int]] = {}
+
+    def before(module) -> None:
+        _mark_c_interface(module)
+        noalias.update(outline.noalias_plan(module))
+        # No __truncdfbf2 to link against: double -> bfloat16 goes through float.
+        bf16_rounding.split_double_to_bfloat16(module)
+
+    module = run_pipeline(UPSTREAM, text, LLVM_PIPELINE, before=before)
+    outline.apply_noalias(module, noalias)
+    with module.context:
+        c_interface.fold_into_c_interfaces(module)
+    return module

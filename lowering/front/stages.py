@@ -1,0 +1,72 @@
+"""Stages run with torch-mlir: `torch` (FX import), `torch-backend`, `linalg`.
+
+These stages use torch-mlir's own MLIR build (`torch_mlir.ir`), which has the
+torch dialect but no NVPTX target; the handoff to the upstream bindings is
+textual, which was verified to round-trip.
+"""
+
+from __future__ import annotations
+
+from . import fx_graph, numerics, tmtensor, unused_results
+from ..bufferize import graph_inputs
+from ..mlir_runner import TORCH_MLIR, print_module, run_pipeline
+
+TORCH_BACKEND_PIPELINE = (
+    "builtin.module("
+    # Quantized custom ops are matched first, as torch-mlir's own FX path does
+    # (a no-op without them).
+    "func.func(torch-match-quantized-custom-ops),"
+    # torch-mlir's pipeline for FX-imported programs: reach the backend
+    # contract (value semantics, known dtypes/shapes, complex ops decomposed).
+    "torchdynamo-export-to-torch-backend-pipeline{ extra-library=})"
+)
+
+LINALG_PIPELINE = (
+    "builtin.module("
+    # Backend contract -> linalg-on-tensors with arith/math/tensor. Non-finite
+    # constants (-inf seeds of max reductions, masks) are legal in our graphs.
+    "torch-backend-to-linalg-on-tensors-backend-pipeline{allow-non-finites=true})"
+)
+
+
+def import_fx(fx_text: str):
+    """fx stage (JSON) -> torch dialect module, through torch-mlir's FxImporter."""
+    from torch_mlir.extras.fx_importer import FxImporter
+
+    # Eager's numerics (accumulation types, NaN rules, blocked sums): numerics.py.
+    graph = fx_graph.loads(fx_text)
+    gm = numerics.apply(fx_graph.to_graph_module(graph))
+    importer = FxImporter(context=TORCH_MLIR.context())
+    importer.import_stateless_graph(gm.graph, func_name="main")
+    pairs = fx_graph.in_place_pairs(graph)
+    if pairs:  # for bufferization (lowering/bufferize/graph_inputs.py)
+        _mark_in_place(importer.module, pairs)
+    # Re-parse so the caller gets a module with the usual text form.
+    return run_pipeline(TORCH_MLIR, print_module(importer.module), None)
+
+
+def _mark_in_place(module, pairs: list[tuple[int, int]]) -> None:
+    ir = TORCH_MLIR.ir
+    with module.context:
+        i64 = ir.IntegerType.get_signless(64)
+        value = ir.ArrayAttr.get([ir.ArrayAttr.get([ir.IntegerAttr.get(i64, i) for i in pair])
+                                  for pair in pairs])
+        for func in module.body.operations:
+            if func.operation.name == "func.func" and \
+                    ir.StringAttr(func.operation.attributes["sym_name"]).value == "main":
+                func.operation.attributes[graph_inputs.IN_PLACE] = value
+
+
+def to_torch_backend(text: str):
+    return run_pipeline(TORCH_MLIR, text, TORCH_BACKEND_PIPELINE)
+
+
+def to_linalg(text: str):
+    module = run_pipeline(TORCH_MLIR, text, LINALG_PIPELINE)
+    # The argmax half of every decomposed amax (softmax): unused, and it kept the
+    # reduction a scalar loop on one thread (unused_results.py).
+    with module.context:
+        unused_results.drop_unused_results(module, TORCH_MLIR.ir)
+    # TMTensor ops (scatter, scan, sort...) that only this build knows become
+    # scf loops over buffers before the handoff (tmtensor.py).
+    return tmtensor.to_loops(module)
