@@ -59,6 +59,9 @@ class Settings:
     # for instead of the host's (lazymlir/support/host_isa.py); the compiler reads it with
     # cpu_vector_isa_from_env(), as it runs where no session exists (the compile worker)
     cpu_vector_isa: str | None = None
+    # LAZYMLIR_CPU_ALLOC_CACHE_MB: MiB of freed temporaries the cpu target's caching
+    # allocator keeps for reuse (0: none); applied when the allocator loads
+    cpu_alloc_cache_mb: int = 1024
 
 
 _ENV = {
@@ -84,7 +87,10 @@ _ENV = {
     "emulator_verify": "LAZYMLIR_CUDA_EMULATOR_VERIFY",
     "emulator_reverse": "LAZYMLIR_CUDA_EMULATOR_REVERSE",
     "cpu_vector_isa": "LAZYMLIR_CPU_VECTOR_ISA",
+    "cpu_alloc_cache_mb": "LAZYMLIR_CPU_ALLOC_CACHE_MB",
 }
+# Integer settings whose smallest value is 0 rather than 1.
+_ZERO_ALLOWED = {"cpu_alloc_cache_mb"}
 _CHOICES = {"target": _TARGETS, "log_level": _LOG_LEVELS, "fallback": _FALLBACK,
             "cuda_driver": _CUDA_DRIVERS, "cpu_vector_isa": _CPU_VECTOR_ISAS}
 
@@ -128,8 +134,9 @@ def from_env() -> Settings:
                 values[f.name] = int(raw)
             except ValueError:
                 raise ValueError(f"{_ENV[f.name]}={raw!r} is not an integer") from None
-            if values[f.name] < 1:
-                raise ValueError(f"{_ENV[f.name]}={raw!r} must be at least 1")
+            least = 0 if f.name in _ZERO_ALLOWED else 1
+            if values[f.name] < least:
+                raise ValueError(f"{_ENV[f.name]}={raw!r} must be at least {least}")
         else:
             values[f.name] = raw.lower() if f.name in _CHOICES else raw
         choices = _CHOICES.get(f.name)

@@ -41,6 +41,9 @@ def _allocator() -> ctypes.CDLL:
     lib.lazymlir_cpu_alloc_stats.argtypes = [ctypes.POINTER(ctypes.c_uint64 * 4)]
     lib.lazymlir_cpu_alloc_stats.restype = None
     lib.lazymlir_cpu_alloc_trim.restype = None
+    lib.lazymlir_cpu_alloc_set_cap_mb.argtypes = [ctypes.c_uint64]
+    lib.lazymlir_cpu_alloc_set_cap_mb.restype = None
+    lib.lazymlir_cpu_alloc_set_cap_mb(session.current().settings.cpu_alloc_cache_mb)
     return lib
 
 

@@ -18,9 +18,9 @@ malloc/free. This library defines them: blocks of at least 64 KiB are rounded
 up to a size class (8 classes per power of two, so a block serves requests up
 to 12.5% smaller; pages of the slack that are never touched cost nothing) and
 kept on a free list when freed, up to a cap on the bytes kept
-(`LAZYMLIR_CPU_ALLOC_CACHE_MB`, read when the library loads; default 1024, 0
-keeps nothing). Smaller blocks go straight to malloc, which keeps them in its
-own free lists without faults. One library per process, loaded with
+(`LAZYMLIR_CPU_ALLOC_CACHE_MB`, set by the cpu target when it loads the
+library; default 1024, 0 keeps nothing). Smaller blocks go straight to malloc,
+which keeps them in its own free lists without faults. One library per process, loaded with
 RTLD_GLOBAL before any graph, so all graphs share one cache (a step's forward,
 backward and optimizer graphs reuse each other's blocks), the way PyTorch's
 CUDA caching allocator serves all kernels.
@@ -63,14 +63,9 @@ typedef struct Free { struct Free *next; } Free;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static Free *free_lists[CLASSES];
-static uint64_t cached_bytes, cap_bytes, hits, misses, live_bytes;
-static int configured;
-
-static void configure(void) {
-  const char *mb = getenv("LAZYMLIR_CPU_ALLOC_CACHE_MB");
-  cap_bytes = (uint64_t)(mb && *mb ? strtoull(mb, NULL, 10) : 1024) << 20;
-  configured = 1;
-}
+static uint64_t cached_bytes, hits, misses, live_bytes;
+/* The cap on cached bytes: 1 GiB until the loader sets the session's value. */
+static uint64_t cap_bytes = 1024ull << 20;
 
 /* The size class of n >= MIN_CACHED and its size: 8 classes per power of two. */
 static unsigned size_class(uint64_t n, uint64_t *class_bytes) {
@@ -103,7 +98,6 @@ static void *allocate(uint64_t n, uint64_t alignment) {
   uint64_t bytes;
   unsigned c = size_class(n, &bytes);
   pthread_mutex_lock(&lock);
-  if (!configured) configure();
   Free *block = free_lists[c];
   if (block) {
     free_lists[c] = block->next;
@@ -150,6 +144,12 @@ void _mlir_memref_to_llvm_free(void *p) {
 void lazymlir_cpu_alloc_stats(uint64_t out[4]) {
   pthread_mutex_lock(&lock);
   out[0] = hits; out[1] = misses; out[2] = cached_bytes; out[3] = live_bytes;
+  pthread_mutex_unlock(&lock);
+}
+
+void lazymlir_cpu_alloc_set_cap_mb(uint64_t mb) {
+  pthread_mutex_lock(&lock);
+  cap_bytes = mb << 20;
   pthread_mutex_unlock(&lock);
 }
 

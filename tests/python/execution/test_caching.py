@@ -100,7 +100,7 @@ def test_dump_to_writes_every_stage(tmp_path):
 
 
 # Not in the emulator pass: its fresh processes run the cpu target whatever the environment.
-@pytest.mark.xfail(strict=True, reason="tracing imports torch_mlir anyway: tracer._decompositions "
+@pytest.mark.xfail(strict=True, reason="tracing imports torch_mlir anyway: decompose.table() "
                    "loads torch_mlir.extras.fx_decomp_util on the first op, and fallback probes "
                    "lower one-op graphs through torch-mlir in every new process")
 def test_disk_cache_hit_skips_torch_mlir(tmp_path):

@@ -7,6 +7,7 @@ its first run freed, with eager's values.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -76,6 +77,8 @@ def test_big_blocks_are_reused_small_ones_are_not(tmp_path):
 
 def test_alignment_and_the_cap(tmp_path):
     _run_child(tmp_path, """
+        lib.lazymlir_cpu_alloc_set_cap_mb.argtypes = [ctypes.c_uint64]
+        lib.lazymlir_cpu_alloc_set_cap_mb(0)  # the cpu target applies LAZYMLIR_CPU_ALLOC_CACHE_MB so
         p = aligned(4096, 200000)                 # over-aligned: served, not cached
         assert p % 4096 == 0, p
         ctypes.memset(p, 1, 200000)
@@ -86,7 +89,7 @@ def test_alignment_and_the_cap(tmp_path):
         hits, misses, cached, in_use = stats()
         assert cached == 0 and in_use == 0, stats()   # the cap is 0: nothing kept
         lib.lazymlir_cpu_alloc_trim()
-        """, LAZYMLIR_CPU_ALLOC_CACHE_MB="0")
+        """)
 
 
 def test_trim_returns_what_is_cached(tmp_path):
@@ -124,3 +127,23 @@ def test_a_graph_reuses_its_temporaries_across_runs():
     assert stats_after["hits"] > stats_before["hits"], (stats_before, stats_after)
     assert stats_after["misses"] == stats_before["misses"], (stats_before, stats_after)
     assert "compiled graphs' temporaries" in lazymlir.metrics.report()
+
+
+def test_the_cap_setting_reaches_the_allocator():
+    """LAZYMLIR_CPU_ALLOC_CACHE_MB is read with the other settings and applied when the
+    cpu target loads the allocator: with 0, a graph's freed temporaries are not kept."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAZYMLIR_")}
+    env.update(LAZYMLIR_TARGET="cpu", LAZYMLIR_CPU_ALLOC_CACHE_MB="0", LAZYMLIR_CACHE_DIR="off")
+    code = textwrap.dedent("""
+        import torch, lazymlir
+        from lazymlir.targets import cpu
+        assert lazymlir.config.settings().cpu_alloc_cache_mb == 0
+        a = torch.randn(256, 256, device="lazy_mlir")
+        for _ in range(2):
+            ((a @ a).relu() @ a).sum(0).cpu()
+        stats = cpu.temporaries_stats()
+        assert stats["hits"] == 0 and stats["misses"] > 0, stats
+        """)
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
