@@ -78,7 +78,7 @@ def test_big_blocks_are_reused_small_ones_are_not(tmp_path):
 def test_alignment_and_the_cap(tmp_path):
     _run_child(tmp_path, """
         lib.lazymlir_cpu_alloc_set_cap_mb.argtypes = [ctypes.c_uint64]
-        lib.lazymlir_cpu_alloc_set_cap_mb(0)  # the cpu target applies LAZYMLIR_CPU_ALLOC_CACHE_MB so
+        lib.lazymlir_cpu_alloc_set_cap_mb(0)  # what LAZYMLIR_CPU_ALLOC_CACHE_MB=0 sets
         p = aligned(4096, 200000)                 # over-aligned: served, not cached
         assert p % 4096 == 0, p
         ctypes.memset(p, 1, 200000)
