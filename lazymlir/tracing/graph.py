@@ -62,7 +62,19 @@ def _out_descs(metas) -> list:
     return descs
 
 
-def _collect(targets: list[LazyValue]) -> list[Node]:
+def _value_args(node: Node):
+    """The LazyValues among a node's arguments (tensor lists included)."""
+    for arg in (*node.args, *node.kwargs.values()) if node.kwargs else node.args:
+        t = type(arg)
+        if t is LazyValue:
+            yield arg
+        elif t is list or t is tuple:
+            for value in arg:
+                if type(value) is LazyValue:
+                    yield value
+
+
+def pending_nodes(targets: list[LazyValue]) -> list[Node]:
     """The pending nodes `targets` depend on, in trace (= topological) order."""
     nodes: dict[int, Node] = {}
     stack = [v.node for v in targets if v.node is not None]
@@ -72,6 +84,7 @@ def _collect(targets: list[LazyValue]) -> list[Node]:
         if node.seq in nodes:
             continue
         nodes[node.seq] = node
+        # Inline rather than through _value_args: this runs at every sync point.
         for arg in (*node.args, *node.kwargs.values()) if node.kwargs else node.args:
             t = type(arg)
             if t is LazyValue:
@@ -85,6 +98,17 @@ def _collect(targets: list[LazyValue]) -> list[Node]:
     return [nodes[seq] for seq in sorted(nodes)]
 
 
+def nodes_downstream_of(op_name: str, nodes: list[Node]) -> set[int]:
+    """Seqs of the nodes (of `nodes`, in topological order) that are an `op_name` op
+    ("aten::_fft_c2c") or read one's output, directly or not."""
+    hit: set[int] = set()
+    for node in nodes:
+        if _op_info(node.op)[2] == op_name or any(
+                v.node is not None and v.node.seq in hit for v in _value_args(node)):
+            hit.add(node.seq)
+    return hit
+
+
 def build_graph(targets: list[LazyValue], static_scalar_ops=frozenset()
                 ) -> tuple[dict, list[LazyValue], list[float]]:
     """(graph, the materialized values it reads, the values of its scalar inputs).
@@ -92,7 +116,7 @@ def build_graph(targets: list[LazyValue], static_scalar_ops=frozenset()
     `static_scalar_ops`: ops whose floats must stay constants after all (a
     lowering needs them constant), learned by the executor's probes.
     """
-    ordered = _collect(targets)
+    ordered = pending_nodes(targets)
     node_index = {node.seq: i for i, node in enumerate(ordered)}
     inputs: list[LazyValue] = []
     input_index: dict[int, int] = {}

@@ -14,7 +14,8 @@ import torch
 
 from .. import session, targets
 from ..execution import executor
-from .graph import build_graph
+from ..support.errors import CompileError
+from .graph import build_graph, nodes_downstream_of, pending_nodes
 from .values import LazyTensor, LazyValue, live_pending_values
 
 
@@ -31,15 +32,32 @@ def materialize(values: list[LazyValue]) -> None:
         pending = [v for v in pending if v.pending]
         if not pending:
             return
-        graph, inputs, scalars = build_graph(pending, frozenset(current.static_scalar_ops))
         try:
+            # Inside the try: a graph that cannot be built (an input's graph failed
+            # earlier) fails its values too, so the next mark_step() skips them
+            # instead of raising the same error again for as long as they live.
+            graph, inputs, scalars = build_graph(pending, frozenset(current.static_scalar_ops))
             outputs = executor.execute(graph, [v.data for v in inputs], scalars)
         except BaseException as error:
-            for value in pending:
+            for value in pending + _sharing_the_failed_op(pending, error):
                 value.failed(error)
             raise
         for value, data in zip(pending, outputs):
             value.materialized(data)
+
+
+def _sharing_the_failed_op(pending: list[LazyValue], error: BaseException) -> list[LazyValue]:
+    """Other live pending values this graph computes with the op its compile failed at,
+    or from its result (the complex result of an fft whose `.real` was asked for): they
+    would fail the same way, so they fail now instead of at every later mark_step()."""
+    if not isinstance(error, CompileError) or not error.op:
+        return []
+    # "torch.aten._fft_c2c" (the torch dialect's name) -> "aten::_fft_c2c"
+    op_name = error.op.removeprefix("torch.").replace(".", "::", 1)
+    doomed = nodes_downstream_of(op_name, pending_nodes(pending))
+    asked = {id(v) for v in pending}
+    return [v for v in live_pending_values()
+            if id(v) not in asked and v.node is not None and v.node.seq in doomed]
 
 
 def to_cpu(tensor: LazyTensor) -> torch.Tensor:

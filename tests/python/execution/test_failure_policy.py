@@ -53,6 +53,24 @@ def test_failed_input_poisons_only_what_depends_on_it(no_fallbacks):
     assert (torch.ones(3).to(DEVICE) * 4).sum().item() == 12.0
 
 
+def test_a_value_computed_from_a_failed_one_fails_once(no_fallbacks):
+    """A value whose graph cannot be built because an input failed is failed too: while
+    it stays alive, later mark_step()s skip it instead of raising its error again."""
+    bad = torch.fft.fft2(torch.randn(4, 4).to(DEVICE)).real
+    with pytest.raises(lazymlir.CompileError):
+        bad.cpu()
+    derived = bad * 2
+    with pytest.raises(lazymlir.CompileError, match="_fft_c2c"):
+        derived.cpu()
+    lazymlir.mark_step()  # `derived` is alive and was never computed: not retried
+    x = torch.ones(3).to(DEVICE)
+    x.add_(1)
+    lazymlir.mark_step()
+    assert x.cpu().tolist() == [2.0, 2.0, 2.0]
+    with pytest.raises(lazymlir.CompileError, match="_fft_c2c"):
+        derived.cpu()  # reading it still raises the original error
+
+
 def test_compile_error_inside_backward_is_the_clear_error(no_fallbacks):
     class SyncInBackward(torch.autograd.Function):
         @staticmethod
