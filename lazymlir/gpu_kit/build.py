@@ -322,7 +322,7 @@ def build(kit_dir: str | os.PathLike, only: list[str] | None = None,
                                           kit_dir / "bundles" / name, seed)
                 except (LoweringError, CompileError, ValueError) as error:
                     shutil.rmtree(kit_dir / "bundles" / name, ignore_errors=True)
-                    why = str(error).strip().splitlines()[0][:300]
+                    why = " ".join(str(error).split())[:300]
                     not_built.append({"case": name, "why": why})
                     log(f"  {name}: not built ({why})")
                     continue

@@ -83,9 +83,10 @@ CASES = {
     "embedding": (lambda w, i: F.embedding(i, w), lambda: (torch.randn(50, 32),
                                                           torch.randint(0, 50, (7, 9))),
                   {"ints": 50}),
+    # Other shapes than `embedding`'s: the same graph would be a cache hit, not traced.
     "embedding_out_of_range": (lambda w, i: F.embedding(i, w),
-                               lambda: (torch.randn(50, 32), torch.randint(0, 50, (7, 9))),
-                               {"ints": 50, "bad_index": True}),
+                               lambda: (torch.randn(40, 16), torch.randint(0, 40, (5, 6))),
+                               {"ints": 40, "bad_index": True}),
     "conv2d": (lambda x, w, b: F.conv2d(x, w, b, padding=1),
                _randn((2, 3, 16, 16), (8, 3, 3, 3), 8), {}),
     "mlp_step": (_mlp_step, _randn((8, 16), (8, 4), (32, 16), 32, (4, 32), 4), {}),
