@@ -16,10 +16,11 @@
         graph.py                     the graph as PyTorch code (eager baseline on the GPU)
 
 Each case is traced by the real tracer in a child process (cpu target, fresh cache,
-fx graphs dumped), then each fx graph is compiled for the cuda target through the
-stage registry (as the compile worker does), its PTX assembled with ptxas, its
-gpu-stage kernels built for the CPU (lowering/gpu/emulator.py), and the graph run by
-the cpu target and by PyTorch in float64 on the same inputs.
+fx graphs dumped, the values each graph ran on recorded: the bundle's inputs), then
+each fx graph is compiled for the cuda target through the stage registry (as the
+compile worker does), its PTX assembled with ptxas, its gpu-stage kernels built for the
+CPU (lowering/gpu/emulator.py), and the graph run by the cpu target and by PyTorch in
+float64 on the same inputs.
 """
 
 from __future__ import annotations
@@ -65,14 +66,39 @@ def trace(root: Path, names: list[str]) -> None:
         raise RuntimeError(f"tracing the kit's cases failed:\n{done.stderr[-4000:]}")
 
 
-def draw_inputs(graph: dict, options: dict, seed: int) -> tuple[list[torch.Tensor], list[dict]]:
-    """The bundle's inputs (torch tensors for the references) and their metas; gpu_only
-    bundles get seeded inputs the runner regenerates (kit_runner.generate)."""
+def recorded_run(graph: dict, runs: list):
+    """The (input tensors, scalars) a traced graph ran on (cases.trace_all's runs.pt):
+    the first run whose inputs have this graph's shapes and dtypes."""
+    want = [(list(m["shape"]), m["dtype"]) for m in graph["inputs"]]
+    for _, tensors, scalars in runs:
+        have = [(list(t.shape), fx_graph.dtype_name(t.dtype)) for t in tensors]
+        if have == want and len(scalars) == len(graph.get("scalars", [])):
+            return tensors, scalars
+    return None
+
+
+def draw_inputs(graph: dict, options: dict, seed: int,
+                recorded=None) -> tuple[list[torch.Tensor], list[dict]]:
+    """The bundle's inputs (torch tensors for the references) and their metas: the values
+    the graph ran on when traced (`recorded`), else random ones; gpu_only bundles get
+    seeded inputs the runner regenerates (kit_runner.generate); bad_index bundles an
+    out-of-range value in every integer input."""
     gen = torch.Generator().manual_seed(seed)
     tensors, metas = [], []
     for k, meta in enumerate(graph["inputs"]):
         dtype = fx_graph.dtype_from_name(meta["dtype"])
         entry = {"shape": meta["shape"], "dtype": meta["dtype"]}
+        if recorded is not None and not (options.get("gpu_only") and dtype.is_floating_point):
+            t = recorded[0][k].clone()
+            if t.dtype == torch.bool:
+                t = t.to(torch.uint8)
+            if options.get("bad_index") and not (t.is_floating_point() or t.dtype ==
+                                                 torch.uint8) and t.numel():
+                t.view(-1)[t.numel() // 2] = options.get("ints", 4) + 1000
+            entry["file"] = f"in{k}.npy"
+            tensors.append(t)
+            metas.append(entry)
+            continue
         if options.get("gpu_only") and dtype.is_floating_point:
             entry["seed"] = seed * 1000 + k
             array = kit_runner.generate(entry, entry["seed"])
@@ -97,8 +123,9 @@ def draw_inputs(graph: dict, options: dict, seed: int) -> tuple[list[torch.Tenso
     # Scalars the tracer made graph inputs (float64 0-d tensors, after the tensors).
     for k, _ in enumerate(graph.get("scalars", [])):
         index = len(graph["inputs"]) + k
-        tensors.append(torch.tensor(0.5 + float(torch.rand((), generator=gen)),
-                                    dtype=fx_graph.SCALAR_DTYPE))
+        value = recorded[1][k] if recorded is not None else \
+            0.5 + float(torch.rand((), generator=gen))
+        tensors.append(torch.tensor(value, dtype=fx_graph.SCALAR_DTYPE))
         metas.append({"shape": [], "dtype": "float64", "file": f"in{index}.npy",
                       "scalar": True})
     return tensors, metas
@@ -113,9 +140,21 @@ def numpy_of(t: torch.Tensor) -> np.ndarray:
     return t.numpy()
 
 
+def eager_module(graph: dict) -> torch.fx.GraphModule:
+    """The graph as a GraphModule eager PyTorch runs: the fx graph has value semantics
+    (torch-mlir's), where `view` of a permuted or expanded value is a reshape, which
+    eager's `view` refuses for such strides."""
+    gm = fx_graph.to_graph_module(graph)
+    for node in gm.graph.nodes:
+        if node.target in (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default):
+            node.target = torch.ops.aten.reshape.default
+    gm.recompile()
+    return gm
+
+
 def float64_module(graph: dict) -> torch.fx.GraphModule:
     """The graph with every floating dtype it names made float64: the reference."""
-    gm = fx_graph.to_graph_module(graph)
+    gm = eager_module(graph)
 
     def widen(value):
         if isinstance(value, torch.dtype) and value.is_floating_point:
@@ -183,8 +222,9 @@ def has_check_flag(graph: dict) -> bool:
 
 
 def build_bundle(fx_text: str, name: str, case: str, options: dict, folder: Path,
-                 seed: int) -> dict:
+                 seed: int, runs: list) -> dict:
     graph = fx_graph.loads(fx_text)
+    recorded = recorded_run(graph, runs)
     folder.mkdir(parents=True)
     # The cuda target: fx -> ... -> gpu -> plan -> nvvm -> ptx, as the compile worker.
     stage_options = stages.Options(target="cuda", chip=CHIP)
@@ -212,16 +252,19 @@ def build_bundle(fx_text: str, name: str, case: str, options: dict, folder: Path
                             str(folder / entry["cubin"])], check=True, capture_output=True)
         kernels.append(entry)
 
-    tensors, input_metas = draw_inputs(graph, options, seed)
+    tensors, input_metas = draw_inputs(graph, options, seed, recorded)
+    if recorded is None and graph.get("scalars"):
+        raise ValueError("no recorded run of this graph: its scalar inputs are unknown")
     for t, meta in zip(tensors, input_metas):
         if "file" in meta:
             np.save(folder / meta["file"], numpy_of(t))
-    gm = fx_graph.to_graph_module(graph)
+    gm = eager_module(graph)
     (folder / "graph.py").write_text(graph_source(gm))
     moved, flops, compute = cost(graph, gm)
     bundle = {"name": name, "case": case, "chip": CHIP, "chip_cc": CHIP_CC,
               "kernels": kernels, "inputs": input_metas, "bytes": moved, "flops": flops,
               "compute_dtype": compute, "gpu_only": bool(options.get("gpu_only")),
+              "tolerance": options.get("tolerance"),
               "expect_error": bool(options.get("bad_index")),
               "launches": sum(line.startswith("launch") for line in plan_text.splitlines())}
     metas = [(tuple(s), torch.uint8 if d == torch.bool else d)
@@ -264,8 +307,13 @@ def build_bundle(fx_text: str, name: str, case: str, options: dict, folder: Path
         if cpu_outputs is not None:
             out["cpu"] = f"out{k}.cpu.npy"
             np.save(folder / out["cpu"], cpu_outputs[k])
-            # The cpu target against float64, with the runner's own comparison.
-            out["cpu_vs_f64"] = kit_runner.compare(cpu_outputs[k], want, out["dtype"])
+            # The cpu target against float64, with the runner's own comparison: where
+            # they differ, the bundle's inputs or reference are suspect, not the GPU.
+            out["cpu_vs_f64"] = kit_runner.compare(cpu_outputs[k], want, out["dtype"],
+                                                   tolerance=options.get("tolerance"))
+            if not out["cpu_vs_f64"]["ok"] and not out.get("check_flag"):
+                raise ValueError(f"output {k}: the cpu target and float64 eager differ "
+                                 f"({out['cpu_vs_f64']}); not a bundle to check a GPU with")
     (folder / "bundle.json").write_text(json.dumps(bundle, indent=1))
     return bundle
 
@@ -312,6 +360,7 @@ def build(kit_dir: str | os.PathLike, only: list[str] | None = None,
         for seed, case in enumerate(names):
             _, _, options = cases.CASES[case]
             graphs = sorted(Path(tmp, case).glob("*/00-fx.fx.json"))
+            runs = torch.load(Path(tmp, case, "runs.pt"), weights_only=False)
             if not graphs:
                 not_built.append({"case": case, "why": "the tracer recorded no graph"})
             for k, path in enumerate(graphs):
@@ -319,7 +368,7 @@ def build(kit_dir: str | os.PathLike, only: list[str] | None = None,
                 started = time.perf_counter()
                 try:
                     bundle = build_bundle(path.read_text(), name, case, options,
-                                          kit_dir / "bundles" / name, seed)
+                                          kit_dir / "bundles" / name, seed, runs)
                 except (LoweringError, CompileError, ValueError) as error:
                     shutil.rmtree(kit_dir / "bundles" / name, ignore_errors=True)
                     why = " ".join(str(error).split())[:300]

@@ -82,9 +82,10 @@ def generate(meta: dict, seed: int) -> np.ndarray:
 
 
 def compare(got: np.ndarray, want: np.ndarray, dtype: str,
-            index: np.ndarray | None = None) -> dict:
+            index: np.ndarray | None = None, tolerance: float | None = None) -> dict:
     """`got` (this run, in its storage dtype) against the float64 reference `want` (at
-    the flat positions `index` when only a sample is kept)."""
+    the flat positions `index` when only a sample is kept), within `tolerance` (default:
+    the dtype's)."""
     flat = got.reshape(-1)
     if index is not None:
         flat = flat[index]
@@ -98,9 +99,10 @@ def compare(got: np.ndarray, want: np.ndarray, dtype: str,
     scale = float(np.max(np.abs(w[finite]))) if finite.any() else 0.0
     err = float(np.max(np.abs(g[finite] - w[finite]))) if finite.any() else 0.0
     rel = err / scale if scale > 0 else err
-    return {"ok": bad_nan == 0 and bad_inf == 0 and rel <= TOLERANCE[dtype],
+    tolerance = tolerance or TOLERANCE[dtype]
+    return {"ok": bad_nan == 0 and bad_inf == 0 and rel <= tolerance,
             "rel_err": rel, "max_abs_err": err, "nan_mismatches": bad_nan,
-            "inf_mismatches": bad_inf, "tolerance": TOLERANCE[dtype]}
+            "inf_mismatches": bad_inf, "tolerance": tolerance}
 
 
 # ------------------------------------------------------------------ the runtime's C API
@@ -305,7 +307,7 @@ def run_bundle(rt: Runtime, folder: Path, driver: str, repeat: int, torch_cuda) 
         for k, (array, meta) in enumerate(zip(got, outs)):
             want = np.load(folder / meta["f64"])
             index = np.load(folder / meta["index"]) if meta.get("index") else None
-            c = compare(array, want, meta["dtype"], index)
+            c = compare(array, want, meta["dtype"], index, bundle.get("tolerance"))
             c["output"], c["against"] = k, label
             checks.append(c)
         return checks
@@ -384,7 +386,7 @@ def eager(torch, folder: Path, bundle: dict, inputs, repeat) -> dict:
             else t.numpy()
         want = np.load(folder / meta["f64"])
         index = np.load(folder / meta["index"]) if meta.get("index") else None
-        c = compare(array, want, meta["dtype"], index)
+        c = compare(array, want, meta["dtype"], index, bundle.get("tolerance"))
         c["output"], c["against"] = k, "float64 (torch eager)"
         checks.append(c)
     return {"eager_ms": statistics.median(times), "eager_checks": checks}
