@@ -2,7 +2,8 @@
 
     python run.py [--driver cuda|emulator] [--out DIR] [--only a,b] [--repeat N]
 
-It imports no lazymlir, torch-mlir or MLIR (the kit is built elsewhere): the C++ runtime
+One file, longer than most here, because the kit carries it alone. It imports no
+lazymlir, torch-mlir or MLIR (the kit is built elsewhere): the C++ runtime
 (the kit's `cuda_runtime/` sources, built with CMake, or a given/prebuilt library) is
 driven through its C API with ctypes, data is numpy. torch is imported only on the cuda
 driver, for the eager baselines (each bundle's `graph.py`).
