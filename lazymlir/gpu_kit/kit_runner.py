@@ -18,8 +18,9 @@ none fails; integer outputs exactly), on the emulator once more with the blocks 
 every grid run last to first, then it is timed with the runtime's events after warm-up
 (median of --repeat runs), and on a GPU next to torch eager CUDA and as a fraction
 of the H100 roofline. On a GPU, compute-sanitizer (memcheck, racecheck) runs a subset
-once more where the machine has it. Writes report.md and report.json under --out; the
-last line printed is `RESULT pass=N/T ...`.
+once more where the machine has it, and DLPack is tried both ways with torch.cuda.
+Writes report.md and report.json under --out; the last line printed is
+`RESULT pass=N/T ...`.
 """
 
 from __future__ import annotations
@@ -408,6 +409,83 @@ def roofline(bundle: dict, result: dict, driver: str) -> dict:
     return out
 
 
+# ------------------------------------------------------------------ DLPack with torch.cuda
+def dlpack_check(args) -> dict:
+    """Both directions with torch.cuda (written without a GPU to try it on: its result
+    is reported apart from the bundles). Export: a runtime buffer read by torch on a
+    consumer stream (ordered by the runtime's event), after the runtime dropped its own
+    reference. Import: a torch tensor's memory used in place by the runtime, after the
+    producer's tensor is gone, released through its deleter."""
+    try:
+        import torch
+    except ImportError:
+        return {"ok": None, "why": "no torch"}
+    if not torch.cuda.is_available():
+        return {"ok": None, "why": "torch.cuda is not available"}
+    rt = Runtime(Path(args.runtime_lib), "cuda")
+    lib, vp, u64 = rt.lib, ctypes.c_void_p, ctypes.c_uint64
+    i64p = ctypes.POINTER(ctypes.c_int64)
+    lib.lzrt_dlpack_export.argtypes = [vp, u64, u64, ctypes.c_int, i64p, i64p, ctypes.c_uint8,
+                                       ctypes.c_uint8, ctypes.c_int, u64, u64,
+                                       ctypes.POINTER(vp)]
+    lib.lzrt_adopt_external.argtypes = [vp, u64, ctypes.c_size_t, vp, vp]
+    lib.lzrt_stream_get.argtypes = [vp, ctypes.POINTER(u64)]
+    for fn in (lib.lzrt_dlpack_export, lib.lzrt_adopt_external, lib.lzrt_stream_get):
+        fn.restype = ctypes.c_int
+    api = ctypes.pythonapi
+    api.PyCapsule_New.restype, api.PyCapsule_New.argtypes = ctypes.py_object, [vp, ctypes.c_char_p,
+                                                                              vp]
+    api.PyCapsule_GetPointer.restype = vp
+    api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    api.PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    n, out = 1 << 22, {}
+    # Export, read on a consumer stream after the producer's reference is dropped.
+    data = np.arange(n, dtype=np.float32) % 1000
+    ptr = rt.upload(data)
+    consumer, managed = torch.cuda.Stream(), vp()
+    shape, strides = (ctypes.c_int64 * 1)(n), (ctypes.c_int64 * 1)(1)
+    rt.check(lib.lzrt_dlpack_export(rt.h, ptr, 0, 1, shape, strides, 2, 32, 0, 0,
+                                    consumer.cuda_stream, ctypes.byref(managed)))
+    capsule = api.PyCapsule_New(managed.value, b"dltensor", None)
+    rt.free(ptr)
+    with torch.cuda.stream(consumer):
+        total = float((torch.from_dlpack(capsule).double() * 2).sum())
+    consumer.synchronize()
+    out["export"] = {"ok": total == 2 * float(data.astype(np.float64).sum()), "sum": total}
+    # Import: torch orders its stream before the runtime's; its tensor dies first.
+    stream = u64()
+    rt.check(lib.lzrt_stream_get(rt.h, ctypes.byref(stream)))
+    source = torch.arange(n, device="cuda", dtype=torch.float32) * 3
+    capsule = source.__dlpack__(stream=stream.value)
+    managed = api.PyCapsule_GetPointer(capsule, b"dltensor")
+    api.PyCapsule_SetName(capsule, b"used_dltensor")
+    fields = (ctypes.c_uint64 * 8).from_address(managed)  # DLManagedTensor, 64 bytes
+    address, deleter = fields[0] + fields[5], fields[7]  # data + byte_offset, deleter
+    rt.check(lib.lzrt_adopt_external(rt.h, address, n * 4, deleter, managed))
+    del source, capsule
+    torch.cuda.empty_cache()
+    got = rt.download(address, (n,), np.float32)
+    rt.free(address)  # runs the producer's deleter
+    out["import"] = {"ok": bool(np.array_equal(got, np.arange(n, dtype=np.float32) * 3))}
+    out["ok"] = out["export"]["ok"] and out["import"]["ok"]
+    return out
+
+
+def run_dlpack_check(args, library: Path) -> dict | None:
+    if args.driver != "cuda" or args.no_eager:
+        return None
+    command = [sys.executable, str(Path(__file__).resolve()), "--dlpack-check", "--driver",
+               "cuda", "--out", args.out, "--runtime-lib", str(library)]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        return {"ok": False, "why": "timed out after 120 s"}
+    lines = done.stdout.strip().splitlines()
+    if done.returncode == 0 and lines:
+        return json.loads(lines[-1])
+    return {"ok": False, "why": f"exit {done.returncode}: {done.stderr.strip()[-1500:]}"}
+
+
 # ------------------------------------------------------------------ the worker process
 def worker(args) -> int:
     """Runs the named bundles in order, one JSON line per event on --results."""
@@ -598,6 +676,7 @@ def main(argv=None) -> int:
                         help="record modules of torch-mlir, MLIR or lazymlir the worker "
                              "imported (there must be none)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--dlpack-check", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--bundles", help=argparse.SUPPRESS)
     parser.add_argument("--results", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -605,6 +684,9 @@ def main(argv=None) -> int:
         args.repeat = 3 if args.driver == "emulator" else 20
     if args.worker:
         return worker(args)
+    if args.dlpack_check:
+        print(json.dumps(dlpack_check(args)))
+        return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     kit = json.loads((KIT / "kit.json").read_text())
@@ -623,7 +705,7 @@ def main(argv=None) -> int:
         library, library_note, device = None, f"unusable: {error}", "none"
     normal = [n for n in names if not by_name[n].get("expect_error")]
     failing = [n for n in names if by_name[n].get("expect_error")]
-    sanitizer = []
+    sanitizer, dlpack = [], None
     if library is None:
         rows = [{"name": n, "ok": False, "error": library_note} for n in names]
         banned = []
@@ -635,10 +717,14 @@ def main(argv=None) -> int:
         small = [r["name"] for r in rows if r["ok"] and not r.get("expect_error")
                  and r.get("bytes", 1 << 30) < 16 << 20]
         sanitizer = sanitize(args, small, library)
+        dlpack = run_dlpack_check(args, library)
     if args.check_imports:  # this process too
         banned = sorted(set(banned) | {m for m in sys.modules if m.split(".")[0] in
                                        ("torch_mlir", "mlir", "lazymlir")})
     text, summary = report(args, device, library_note, rows, skipped, kit, banned, sanitizer)
+    summary["dlpack"] = dlpack
+    if dlpack is not None:
+        text += f"\nDLPack with torch.cuda (both directions): {json.dumps(dlpack)}\n"
     (out / "report.md").write_text(text)
     (out / "report.json").write_text(json.dumps(summary, indent=1))
     print(text)
@@ -647,7 +733,8 @@ def main(argv=None) -> int:
           f"driver={args.driver} device={device.replace(' ', '_')}"
           + (f" failed={','.join(failed)}" if failed else "")
           + (f" banned_imports={','.join(banned)}" if banned else "")
-          + "".join(f" {s['tool']}={'clean' if s['ok'] else 'FAILED'}" for s in sanitizer))
+          + "".join(f" {s['tool']}={'clean' if s['ok'] else 'FAILED'}" for s in sanitizer)
+          + ("" if dlpack is None else f" dlpack={dlpack.get('ok')}"))
     return 0 if not failed and not banned else 1
 
 
