@@ -73,10 +73,15 @@ class Instrumented:
     static_error: bool  # an op always fails (a constant zero divisor): run eagerly
 
 
+def has_guarded_ops(graph: dict) -> bool:
+    """Whether `graph` has an op `instrument` guards (an index or an integer divisor)."""
+    return any(n["op"] in _INDEX_OPS or n["op"] in _LIST_INDEX_OPS or n["op"] in _DIVISION_OPS
+               for n in graph["nodes"])
+
+
 def instrument(graph: dict) -> Instrumented:
     """`graph` with index clamping, divisor guards and a flags output (see module doc)."""
-    if not any(n["op"] in _INDEX_OPS or n["op"] in _LIST_INDEX_OPS or n["op"] in _DIVISION_OPS
-               for n in graph["nodes"]):
+    if not has_guarded_ops(graph):
         return Instrumented(graph, 0, False)
     return _Rewriter(graph).run()
 
