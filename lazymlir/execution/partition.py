@@ -31,9 +31,7 @@ def op_name(node: dict) -> str:
 
 def _blamed(error: CompileError, node: dict) -> bool:
     """Whether the compile error names this node's op (torch.aten.foo ~ aten.foo.overload)."""
-    if not error.op:
-        return False
-    return error.op.removeprefix("torch.").replace(".", "::", 1).split(".")[0] == op_name(node)
+    return error.aten_op is not None and error.aten_op == op_name(node)
 
 
 def _refs(value):

@@ -24,6 +24,14 @@ class CompileError(LazyMlirError):
         self.op = op
         self.reproducer = reproducer
 
+    @property
+    def aten_op(self) -> str | None:
+        """The op it failed at as an ATen schema name, without overload
+        ("torch.aten._fft_c2c" or "torch.aten.add.Tensor" -> "aten::_fft_c2c", "aten::add")."""
+        if not self.op:
+            return None
+        return self.op.removeprefix("torch.").replace(".", "::", 1).split(".")[0]
+
     def __reduce__(self):
         return (_rebuild, (type(self), str(self), self.__dict__))
 

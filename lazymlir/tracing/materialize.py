@@ -50,11 +50,9 @@ def _sharing_the_failed_op(pending: list[LazyValue], error: BaseException) -> li
     """Other live pending values this graph computes with the op its compile failed at,
     or from its result (the complex result of an fft whose `.real` was asked for): they
     would fail the same way, so they fail now instead of at every later mark_step()."""
-    if not isinstance(error, CompileError) or not error.op:
+    if not isinstance(error, CompileError) or error.aten_op is None:
         return []
-    # "torch.aten._fft_c2c" (the torch dialect's name) -> "aten::_fft_c2c"
-    op_name = error.op.removeprefix("torch.").replace(".", "::", 1)
-    doomed = nodes_downstream_of(op_name, pending_nodes(pending))
+    doomed = nodes_downstream_of(error.aten_op, pending_nodes(pending))
     asked = {id(v) for v in pending}
     return [v for v in live_pending_values()
             if id(v) not in asked and v.node is not None and v.node.seq in doomed]
