@@ -23,7 +23,9 @@ import torch
 import torch.nn.functional as F
 
 
-def _mlp_step(x, target, w1, b1, w2, b2):
+def mlp_step(x, target, w1, b1, w2, b2):
+    """An MLP training step (MSE loss, SGD lr 0.1) as one graph; the emulator tests
+    compile the same step."""
     params = [p.clone().requires_grad_(True) for p in (w1, b1, w2, b2)]
     w1, b1, w2, b2 = params
     out = torch.relu(x @ w1.t() + b1) @ w2.t() + b2
@@ -124,7 +126,7 @@ CASES = {
                                {"ints": 40, "bad_index": True}),
     "conv2d": (lambda x, w, b: F.conv2d(x, w, b, padding=1),
                _randn((2, 3, 16, 16), (8, 3, 3, 3), 8), {}),
-    "mlp_step": (_mlp_step, _randn((8, 16), (8, 4), (32, 16), 32, (4, 32), 4), {}),
+    "mlp_step": (mlp_step, _randn((8, 16), (8, 4), (32, 16), 32, (4, 32), 4), {}),
     "gpt_block_adamw": (_gpt_block_step,
                         _randn((2, 8, 32), (2, 8, 32), 32, 32, (96, 32), (32, 32), 32, 32,
                                (128, 32), (32, 128)),

@@ -15,16 +15,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-
-def _mlp_step(x, target, w1, b1, w2, b2):
-    params = [p.clone().requires_grad_(True) for p in (w1, b1, w2, b2)]
-    w1, b1, w2, b2 = params
-    out = torch.relu(x @ w1.t() + b1) @ w2.t() + b2
-    loss = F.mse_loss(out, target)
-    loss.backward()
-    with torch.no_grad():
-        new = [p - 0.1 * p.grad for p in params]
-    return [loss.detach(), *new]
+from lazymlir.gpu_kit.cases import mlp_step
 
 
 # name -> (function, input factory, how graph inputs are drawn)
@@ -73,7 +64,7 @@ CASES = {
     "cumsum_cols": (lambda x: torch.cumsum(x, 0), lambda: (torch.randn(23, 19),), "randn"),
     "cumprod": (lambda x: torch.cumprod(x, -1), lambda: (1 + 0.01 * torch.randn(6, 40),),
                 "near_one"),
-    "mlp_step": (_mlp_step, lambda: (torch.randn(8, 16), torch.randn(8, 4), torch.randn(32, 16),
+    "mlp_step": (mlp_step, lambda: (torch.randn(8, 16), torch.randn(8, 4), torch.randn(32, 16),
                                      torch.randn(32), torch.randn(4, 32), torch.randn(4)),
                  "randn"),
 }
