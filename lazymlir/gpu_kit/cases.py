@@ -37,13 +37,13 @@ def mlp_step(x, target, w1, b1, w2, b2):
 
 
 def _gpt_block_step(x, target, ln1_w, ln1_b, w_qkv, w_proj, ln2_w, ln2_b, w_fc, w_out):
-    """One pre-norm GPT block (attention with 2 heads, GELU MLP) forward, an MSE loss,
-    backward, and an AdamW step (step 1, lr 1e-3, weight decay 0.01) written out, as a
-    training step's graph: the updated parameters and both moments are the outputs.
+    """One pre-norm GPT block (causal attention with 2 heads, GELU MLP) forward, an MSE
+    loss, backward, and an AdamW step (step 1, lr 1e-3, weight decay 0.01) written out, as
+    a training step's graph: the updated parameters and both moments are the outputs.
 
-    The attention is not causal: a mask made on the device (`torch.ones(...).tril()`)
-    becomes a graph input the tracer fills from host data, which the kit would draw at
-    random like the others."""
+    The causal mask compares two `arange`s made on the device, so it is computed in the
+    graph (a mask made from host data, `torch.ones(...).tril()`, would be a graph input
+    of its own)."""
     params = [p.clone().requires_grad_(True)
               for p in (ln1_w, ln1_b, w_qkv, w_proj, ln2_w, ln2_b, w_fc, w_out)]
     ln1_w, ln1_b, w_qkv, w_proj, ln2_w, ln2_b, w_fc, w_out = params
@@ -53,6 +53,8 @@ def _gpt_block_step(x, target, ln1_w, ln1_b, w_qkv, w_proj, ln2_w, ln2_b, w_fc, 
     q, k, v = (h @ w_qkv.t()).split(dim, dim=-1)
     q, k, v = (t.reshape(batch, seq, heads, dim // heads).transpose(1, 2) for t in (q, k, v))
     scores = (q @ k.transpose(-2, -1)) * (dim // heads) ** -0.5
+    pos = torch.arange(seq, device=x.device)
+    scores = scores.masked_fill(pos[None, :] > pos[:, None], float("-inf"))
     attn = torch.softmax(scores, dim=-1) @ v
     x = x + attn.transpose(1, 2).reshape(batch, seq, dim) @ w_proj.t()
     x = x + F.gelu(F.layer_norm(x, (dim,), ln2_w, ln2_b) @ w_fc.t()) @ w_out.t()
@@ -67,6 +69,14 @@ def _gpt_block_step(x, target, ln1_w, ln1_b, w_qkv, w_proj, ln2_w, ln2_b, w_fc, 
             update = (m / (1 - beta1)) / ((v / (1 - beta2)).sqrt() + eps)
             out += [p * (1 - lr * decay) - lr * update, m, v]
     return out
+
+
+def conv2d_backward(x, w, b, grad_out):
+    """Gradients of a padded, strided 3x3 convolution (input, weight, bias) for a given
+    output gradient: `convolution_backward` as one graph."""
+    x, w, b = (t.clone().requires_grad_(True) for t in (x, w, b))
+    F.conv2d(x, w, b, stride=2, padding=1).backward(grad_out)
+    return x.grad, w.grad, b.grad
 
 
 def _randn(*shape, dtype=torch.float32):
@@ -100,6 +110,14 @@ CASES = {
                         {}),
     "bmm_kt": (lambda q, k: torch.bmm(q, k.transpose(1, 2)), _randn((2, 40, 24), (2, 36, 24)),
                {}),
+    "bmm_f16": (torch.bmm, _randn((3, 33, 40), (3, 40, 72), dtype=torch.float16), {}),
+    "bmm_bf16_kt": (lambda q, k: torch.bmm(q, k.transpose(1, 2)),
+                    _randn((2, 48, 64), (2, 40, 64), dtype=torch.bfloat16), {}),
+    "matmul_f32_4096": (lambda a, b: a @ b, _randn((4096, 4096), (4096, 4096)),
+                        {"gpu_only": True}),
+    "matmul_f16_4096": (lambda a, b: a @ b,
+                        _randn((4096, 4096), (4096, 4096), dtype=torch.float16),
+                        {"gpu_only": True}),
     "matmul_f32_2048": (lambda a, b: a @ b, _randn((2048, 2048), (2048, 2048)),
                         {"gpu_only": True}),
     "matmul_bf16_2048": (lambda a, b: a @ b,
@@ -126,6 +144,8 @@ CASES = {
                                {"ints": 40, "bad_index": True}),
     "conv2d": (lambda x, w, b: F.conv2d(x, w, b, padding=1),
                _randn((2, 3, 16, 16), (8, 3, 3, 3), 8), {}),
+    "conv2d_backward": (conv2d_backward,
+                        _randn((2, 3, 15, 15), (8, 3, 3, 3), 8, (2, 8, 8, 8)), {}),
     "mlp_step": (mlp_step, _randn((8, 16), (8, 4), (32, 16), 32, (4, 32), 4), {}),
     "gpt_block_adamw": (_gpt_block_step,
                         _randn((2, 8, 32), (2, 8, 32), 32, 32, (96, 32), (32, 32), 32, 32,
