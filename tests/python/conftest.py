@@ -81,13 +81,7 @@ def target_name() -> str:
 # right), and the no-fallback checks accept exactly these; any other fallback fails.
 EXPECTED_FALLBACKS = {
     "cpu": {},
-    "cuda": {
-        # TMTensor scatters lower to sequential loops (later updates win), which the
-        # gpu stage has no kernel form for: an scf.for is left on the host.
-        "aten::scatter": "TMTensor scatter: a sequential host loop",
-        "aten::index_put": "TMTensor scatter: a sequential host loop",
-        "aten::max_pool2d_with_indices_backward": "TMTensor scatter: a sequential host loop",
-    },
+    "cuda": {},
 }
 
 

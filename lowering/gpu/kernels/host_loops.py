@@ -18,14 +18,31 @@ arithmetic and structured control flow on buffers that are allocations or functi
 arguments (not views, which could alias) are considered. A written argument is an
 output (graphs never write their inputs: functionalized), and outputs are fresh
 buffers (targets/cuda.py allocates them per run), so it aliases nothing the nest
-reads. Loops carrying values (`iter_args`) are not moved; anything else is left as
-it was (and still falls back).
+reads. Buffers the nest only reads may also be views (expand_shape, subview, ...) of an
+allocation or argument the nest does not write. Loops carrying values (`iter_args`) are
+not moved; anything else is left as it was (and still falls back).
+
+A scatter that accumulates (`scatter_add`, `index_put(accumulate=True)`, `index_add`,
+embedding's backward) reads, adds to and writes back the element its index names:
+`B[idx] = B[idx] + u`. Its loop over updates is not independent (two updates may name
+one element), but the updates commute, so when that read-add-write is a buffer's only
+access in the nest it becomes one `memref.atomic_rmw` (f32/f64/i32/i64 add: the kinds
+and widths every sm_70+ GPU does natively) and the loop runs in parallel. Float sums then
+depend on the order the updates land in, as with CUDA eager's atomics.
+
+A scatter that overwrites (`scatter`, `scatter(value=...)`) stores each update to the
+element its index names, and the nest never reads that buffer. PyTorch leaves which of
+several updates to one element wins undefined (CUDA eager writes them in parallel), so
+such a buffer constrains no loop either: as a last resort (after the ordered forms
+above), its loop over updates runs in parallel. `index_put` keeps its ordered form where
+one exists (a thread per column, rows in order: the last repeated index wins, as on the
+CPU).
 """
 
 from __future__ import annotations
 
 from mlir import ir
-from mlir.dialects import scf
+from mlir.dialects import arith, memref, scf
 
 # Ops a nest may contain to be analysed (anything else: left alone).
 _ALLOWED_PREFIXES = ("arith.", "math.")
@@ -46,16 +63,35 @@ def _ops(op):
     return found
 
 
+# View ops a read-only buffer may come through (they alias their source).
+_VIEWS = {"memref.expand_shape", "memref.collapse_shape", "memref.subview", "memref.cast",
+          "memref.reinterpret_cast"}
+# Accumulations that become atomics: the add op -> the atomic kind.
+_ATOMIC_ADDS = {"arith.addf": arith.AtomicRMWKind.addf, "arith.addi": arith.AtomicRMWKind.addi}
+_ATOMIC_TYPES = {"f32", "f64", "i32", "i64"}
+
+
+def _name(owner) -> str | None:
+    return None if isinstance(owner, ir.Block) else owner.operation.name
+
+
 def _root_ok(value) -> bool:
     """A buffer the analysis can tell apart from the others: an allocation or an argument."""
-    owner = value.owner
-    if isinstance(owner, ir.Block):
-        return True
-    return getattr(owner, "name", None) == "memref.alloc"
+    return isinstance(value.owner, ir.Block) or _name(value.owner) == "memref.alloc"
+
+
+def _root(value):
+    """The allocation or argument `value` is a view of, or None (anything else)."""
+    while not _root_ok(value):
+        if _name(value.owner) not in _VIEWS:
+            return None
+        value = value.owner.operands[0]
+    return value
 
 
 def _accesses(nest):
-    """{buffer: [(index values, is_store)]} of the nest, or None if it has other ops."""
+    """{buffer: [(index values, is_store, op)]} of the nest, or None if it has other ops
+    or a buffer it cannot tell apart from the others."""
     accesses: dict = {}
     for op in _ops(nest):
         name = op.name
@@ -67,23 +103,64 @@ def _accesses(nest):
             buffer, indices, store = op.operands[1], list(op.operands[2:]), True
         else:
             continue
-        if not _root_ok(buffer):
+        accesses.setdefault(buffer, []).append((indices, store, op))
+    written = {b for b, uses in accesses.items() if any(store for _, store, _ in uses)}
+    if not all(_root_ok(b) for b in written):
+        return None
+    for buffer in accesses.keys() - written:
+        root = _root(buffer)
+        if root is None or root in written:
             return None
-        accesses.setdefault(buffer, []).append((indices, store))
     return accesses
 
 
-def _independent(iv, accesses) -> bool:
-    for uses in accesses.values():
-        if not any(store for _, store in uses):
-            continue  # only read: no constraint
+def _accumulation(uses):
+    """(store op, add op, addend, kind) if `uses` are one load and one store of
+    `load + addend` at the same indices, the load used by the add alone; else None."""
+    if len(uses) != 2 or {store for _, store, _ in uses} != {False, True}:
+        return None
+    (load_idx, _, load), (store_idx, _, store) = sorted(uses, key=lambda use: use[1])
+    if str(load.results[0].type) not in _ATOMIC_TYPES or \
+            len(load_idx) != len(store_idx) or \
+            any(a != b for a, b in zip(load_idx, store_idx)):
+        return None
+    add = store.operands[0].owner
+    if isinstance(add, ir.Block) or add.operation.name not in _ATOMIC_ADDS:
+        return None
+    loaded = load.results[0]
+    operands = list(add.operation.operands)
+    if loaded not in operands or len(list(loaded.uses)) != 1 or \
+            len(list(add.operation.results[0].uses)) != 1:
+        return None
+    addend = operands[1] if operands[0] == loaded else operands[0]
+    return store, add.operation, addend, _ATOMIC_ADDS[add.operation.name]
+
+
+def _to_atomic(buffer, uses, accumulation) -> None:
+    """Replace a buffer's read-add-write by one memref.atomic_rmw."""
+    store, add, addend, kind = accumulation
+    load = next(op for _, is_store, op in uses if not is_store)
+    indices = list(store.operands[2:])
+    with ir.InsertionPoint(store), store.location:
+        memref.AtomicRMWOp(kind, addend, buffer, indices)
+    store.erase()
+    add.erase()
+    load.erase()
+
+
+def _independent(iv, accesses, commutative=frozenset()) -> bool:
+    """Iterations of `iv` touch disjoint slices of every buffer the nest writes, apart
+    from the `commutative` ones (updated by atomics), and the nest writes something."""
+    for buffer, uses in accesses.items():
+        if buffer in commutative or not any(store for _, store, _ in uses):
+            continue  # atomics, or only read: no constraint
         positions = None
-        for indices, _ in uses:
+        for indices, _, _ in uses:
             here = {p for p, v in enumerate(indices) if v == iv}
             positions = here if positions is None else positions & here
             if not positions:
                 return False
-    return any(any(store for _, store in uses) for uses in accesses.values())
+    return any(any(store for _, store, _ in uses) for uses in accesses.values())
 
 
 def _chain(nest) -> list:
@@ -129,9 +206,45 @@ def _parallel_around(nest, loop) -> None:
     loop.erase()
 
 
+def _movable_loops(nest):
+    """(loop, induction variable) of the nest's chain that can become the parallel loop:
+    bounds defined outside the nest, no loop carrying values around it."""
+    for loop in _chain(nest):
+        if len(loop.results):
+            return  # a loop carrying values: the ones inside it cannot move out
+        if all(_defined_outside(v, nest) for v in loop.operands[:3]):
+            yield loop, loop.regions[0].blocks[0].arguments[0]
+
+
+def _unordered(accesses) -> frozenset:
+    """Buffers the nest only writes, with one store: which update wins is undefined."""
+    return frozenset(b for b, uses in accesses.items()
+                     if len(uses) == 1 and uses[0][1])
+
+
+def _plan(nest, accesses, accumulations):
+    """(loop to run in parallel, buffers to update by atomics), or None: the first
+    movable loop independent as it is, else with the accumulations made atomic, else
+    (outermost first) with unordered writes left unordered."""
+    loops = list(_movable_loops(nest))
+    for loop, iv in loops:
+        if _independent(iv, accesses):
+            return loop, frozenset()
+    atomics = frozenset(accumulations)
+    for loop, iv in loops if atomics else ():
+        if _independent(iv, accesses, atomics):
+            return loop, atomics
+    unordered = _unordered(accesses)
+    for loop, iv in loops if unordered else ():
+        if _independent(iv, accesses, atomics | unordered):
+            return loop, atomics
+    return None
+
+
 def parallelize_host_loops(host) -> int:
     """Each top-level scf.for nest of `host` with an independent loop becomes an
-    scf.parallel over it (in place); returns how many."""
+    scf.parallel over it (in place), its accumulations atomics where that is what makes
+    a loop independent; returns how many."""
     changed = 0
     for op in list(host.regions[0].blocks[0].operations):
         nest = op.operation
@@ -140,13 +253,14 @@ def parallelize_host_loops(host) -> int:
         accesses = _accesses(nest)
         if accesses is None:
             continue
-        for loop in _chain(nest):
-            if len(loop.results):
-                break  # a loop carrying values: the ones inside it cannot move out
-            bounds_outside = all(_defined_outside(v, nest) for v in loop.operands[:3])
-            iv = loop.regions[0].blocks[0].arguments[0]
-            if bounds_outside and _independent(iv, accesses):
-                _parallel_around(nest, loop)
-                changed += 1
-                break
+        accumulations = {b: acc for b, uses in accesses.items()
+                         if (acc := _accumulation(uses)) is not None}
+        plan = _plan(nest, accesses, accumulations)
+        if plan is None:
+            continue
+        loop, atomics = plan
+        for buffer in atomics:
+            _to_atomic(buffer, accesses[buffer], accumulations[buffer])
+        _parallel_around(nest, loop)
+        changed += 1
     return changed

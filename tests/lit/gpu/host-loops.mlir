@@ -77,3 +77,69 @@ module {
 // CHECK: gpu.func @main_kernel(
 // CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step
 // CHECK: arith.addf
+
+// -----
+
+// An accumulating scatter (scatter_add / index_put(accumulate=True) as tm-tensor-to-loops
+// writes it): one loop over the updates, each reading, adding to and writing back the
+// element its indices name. Two updates may name one element, so the loop is not
+// independent; the read-add-write becomes one atomic add and the loop one thread per update.
+// lazymlir-stage: bufferized
+module {
+  func.func @main(%upd: memref<40xf32>, %idx: memref<40x2xi64>, %out: memref<8x20xf32>) {
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %c40 = arith.constant 40 : index
+    scf.for %k = %c0 to %c40 step %c1 {
+      %u = memref.load %upd[%k] : memref<40xf32>
+      %r64 = memref.load %idx[%k, %c0] : memref<40x2xi64>
+      %r = arith.index_cast %r64 : i64 to index
+      %c64 = memref.load %idx[%k, %c1] : memref<40x2xi64>
+      %c = arith.index_cast %c64 : i64 to index
+      %old = memref.load %out[%r, %c] : memref<8x20xf32>
+      %new = arith.addf %old, %u : f32
+      memref.store %new, %out[%r, %c] : memref<8x20xf32>
+    }
+    return
+  }
+}
+// CHECK-LABEL: func.func @main(
+// CHECK-NOT: scf.for
+// CHECK: gpu.launch_func
+// CHECK: gpu.func @main_kernel(
+// CHECK-NOT: memref.store
+// CHECK: memref.atomic_rmw addf
+// CHECK-NOT: memref.store
+
+// -----
+
+// index_put without accumulation: the rows named by the indices are overwritten in order
+// (the last of repeated indices wins), so only the loop along the row is independent;
+// the values and indices are read through views of the inputs (expand_shape), which the
+// nest does not write.
+// lazymlir-stage: bufferized
+module {
+  func.func @main(%vals: memref<8x20xf32>, %rows: memref<8xi64>, %out: memref<8x20xf32>) {
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %c8 = arith.constant 8 : index
+    %c20 = arith.constant 20 : index
+    %v3 = memref.expand_shape %vals [[0, 1], [2]] output_shape [8, 1, 20] : memref<8x20xf32> into memref<8x1x20xf32>
+    %r2 = memref.expand_shape %rows [[0, 1]] output_shape [8, 1] : memref<8xi64> into memref<8x1xi64>
+    scf.for %i = %c0 to %c8 step %c1 {
+      scf.for %j = %c0 to %c20 step %c1 {
+        %v = memref.load %v3[%i, %c0, %j] : memref<8x1x20xf32>
+        %r64 = memref.load %r2[%i, %c0] : memref<8x1xi64>
+        %r = arith.index_cast %r64 : i64 to index
+        memref.store %v, %out[%r, %j] : memref<8x20xf32>
+      }
+    }
+    return
+  }
+}
+// CHECK-LABEL: func.func @main(
+// CHECK-NOT: scf.for
+// CHECK: gpu.launch_func
+// CHECK: gpu.func @main_kernel(
+// CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step
+// CHECK: memref.store

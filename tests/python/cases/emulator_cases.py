@@ -64,6 +64,18 @@ CASES = {
     "cumsum_cols": (lambda x: torch.cumsum(x, 0), lambda: (torch.randn(23, 19),), "randn"),
     "cumprod": (lambda x: torch.cumprod(x, -1), lambda: (1 + 0.01 * torch.randn(6, 40),),
                 "near_one"),
+    # TMTensor scatters: index_put overwrites rows in order (one thread per column);
+    # accumulating scatters update by atomic adds (one thread per update). Integer
+    # inputs are drawn in [0, 4), so indices repeat.
+    "index_put": (lambda x, r, v: x.index_put((r,), v),
+                  lambda: (torch.randn(8, 20), torch.randint(0, 8, (6,)), torch.randn(6, 20)),
+                  "randn"),
+    "index_put_accumulate": (lambda x, r, v: x.index_put((r,), v, accumulate=True),
+                             lambda: (torch.randn(8, 20), torch.randint(0, 8, (6,)),
+                                      torch.randn(6, 20)), "randn"),
+    "scatter_add": (lambda x, i, s: x.scatter_add(1, i, s),
+                    lambda: (torch.randn(8, 21), torch.randint(0, 21, (8, 5)),
+                             torch.randn(8, 5)), "randn"),
     "mlp_step": (mlp_step, lambda: (torch.randn(8, 16), torch.randn(8, 4), torch.randn(32, 16),
                                      torch.randn(32), torch.randn(4, 32), torch.randn(4)),
                  "randn"),

@@ -161,7 +161,7 @@ def test_case_matches_eager(name, runtime, traced):
 
 
 @pytest.mark.parametrize("name", ["sum_all", "max_min", "softmax", "prod_all", "slice_cols",
-                                  "cumsum_cols"])
+                                  "cumsum_cols", "scatter_add"])
 def test_block_order_does_not_matter(name, runtime, traced):
     """Blocks run last to first: same results (the atomics are order independent up
     to float rounding)."""

@@ -195,13 +195,16 @@ func.func @main(%arg0: memref<4xf32>, %arg1: memref<4xf32>) {
   %c4 = arith.constant 4 : index
   scf.for %i = %c0 to %c4 step %c1 {
     %v = memref.load %arg0[%i] : memref<4xf32>
-    memref.store %v, %arg1[%c0] : memref<4xf32>
+    %p = memref.load %arg1[%c0] : memref<4xf32>
+    %m = arith.mulf %p, %v : f32
+    memref.store %m, %arg1[%c0] : memref<4xf32>
   }
   return
 }
 """
-# (every iteration writes element 0, the last one wins: no loop can run in parallel,
-# unlike the nests gpu_host_loops.py turns into kernels)
+# (every iteration multiplies element 0 by one input: a running product, which no loop
+# can run in parallel and no atomic takes, unlike the nests
+# lowering/gpu/kernels/host_loops.py turns into kernels)
 
 
 def test_host_only_ops_error():
