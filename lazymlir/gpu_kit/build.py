@@ -174,6 +174,14 @@ def float64_module(graph: dict) -> torch.fx.GraphModule:
 def graph_source(gm: torch.fx.GraphModule) -> str:
     """The graph as a standalone module: `forward(*inputs)` -> list of outputs, on
     DEVICE (set by the runner) wherever the graph names a device."""
+    # Factories (arange, full, ...) whose device the fx graph leaves out would make CPU
+    # tensors: give them the CPU device, which the module's `device()` maps to DEVICE.
+    for node in gm.graph.nodes:
+        schema = getattr(node.target, "_schema", None)
+        if node.op == "call_function" and schema is not None and "device" not in node.kwargs \
+                and any(a.name == "device" and a.kwarg_only for a in schema.arguments):
+            node.kwargs = {**node.kwargs, "device": torch.device("cpu")}
+    gm.recompile()
     code = gm.code.replace("def forward(self, ", "def _forward(self, ", 1)
     return ('"""A graph of the lazymlir GPU check kit as PyTorch code (torch.fx, generated)."""\n'
             "import torch\n\n"

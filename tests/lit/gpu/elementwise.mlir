@@ -70,3 +70,28 @@ func.func @fill$memset(%arg0: memref<8x8xf32>, %arg1: memref<8xf32>) {
 // CHECK: gpu.launch_func
 // CHECK-SAME: threads in (%c2
 // CHECK-NEXT: return
+
+// -----
+
+// `x ** 3` and `x ** n` (math.fpowi with torch's i64 exponents) are expanded in the gpu
+// stage: the constant exponent into multiplies, the other into powf(x, float(n)). Left to
+// convert-gpu-to-nvvm they call libdevice's __nv_powif(float, i32) with an i64 argument.
+#map = affine_map<(d0) -> (d0)>
+func.func @pow$int(%arg0: memref<301xf32>, %arg1: memref<301xi64>, %arg2: memref<301xf32>) {
+  %c3 = arith.constant 3 : i64
+  linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel"]} ins(%arg0, %arg1 : memref<301xf32>, memref<301xi64>) outs(%arg2 : memref<301xf32>) {
+  ^bb0(%in: f32, %n: i64, %out: f32):
+    %0 = math.fpowi %in, %c3 : f32, i64
+    %1 = math.fpowi %0, %n : f32, i64
+    linalg.yield %1 : f32
+  }
+  return
+}
+// CHECK-LABEL: func.func @pow$int
+// CHECK: gpu.func @{{.*}} kernel
+// CHECK-NOT: math.fpowi
+// CHECK: %[[SQ:.*]] = arith.mulf %[[X:.*]], %[[X]] : f32
+// CHECK: %[[CUBE:.*]] = arith.mulf %[[SQ]], %[[X]] : f32
+// CHECK: %[[N:.*]] = arith.sitofp %{{.*}} : i64 to f32
+// CHECK: math.powf %[[CUBE]], %[[N]] : f32
+// CHECK-NOT: math.fpowi
