@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from . import device_guard, dlpack, module_moves
+from . import device_guard, dlpack, module_moves, session
 from .execution import executor
 from .tracing import device_rules, tracer
 from .tracing.materialize import mark_step, to_cpu
@@ -51,9 +51,15 @@ class _DeviceModule:
 
     @staticmethod
     def manual_seed_all(seed: int) -> None:
-        # Random ops run on the CPU generator (see tracing/fallback.py), which
-        # torch.manual_seed (our caller) seeds already.
-        pass
+        """Seed the device's Philox generator (torch.manual_seed and torch.seed call
+        this): random ops compile to Philox arithmetic (tracing/random_ops.py)."""
+        session.current().rng.manual_seed(seed)
+
+    manual_seed = manual_seed_all
+
+    @staticmethod
+    def initial_seed() -> int:
+        return session.current().rng.seed
 
     @staticmethod
     def get_amp_supported_dtype() -> list:
@@ -65,11 +71,13 @@ class _DeviceModule:
 
     @staticmethod
     def get_rng_state(device=None):
-        return torch.get_rng_state()
+        """16 bytes: the Philox seed and offset (as CUDA's generator state); what
+        torch.utils.checkpoint and torch.random.fork_rng save and restore."""
+        return session.current().rng.get_state()
 
     @staticmethod
     def set_rng_state(state, device=None) -> None:
-        torch.set_rng_state(state)
+        session.current().rng.set_state(state)
 
 
 class _Hooks(torch._C._acc.PrivateUse1Hooks):
