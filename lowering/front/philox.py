@@ -220,3 +220,136 @@ def exponential(seed_offset, shape, dtype, lambd: float = 1.0):
     compute = torch.float64 if dtype == torch.float64 else torch.float32
     u = _unit(random_words(seed_offset, math.prod(shape)), compute, open_low=True)
     return _shaped(aten.mul.Scalar(aten.log.default(u), -1.0 / lambd), shape, dtype)
+
+
+# ------------------------------------------------------------------ ATen random ops
+# Per functional random op: (counters it draws, given its arguments; its value, given
+# `seed_offset` and its arguments). The lazy device's tracer and the torch.compile
+# backend both replace an op of this table by `compute(seed_offset, *args, **kwargs)`
+# with `seed_offset` taken from the device generator after reserving `counters(...)`.
+# Factories (rand, randn, randint) reach only the torch.compile graphs: on the lazy
+# device they arrive as empty + the in-place op's functional form.
+
+def _numel(shape) -> int:
+    return math.prod(shape)
+
+
+def _default_dtype(dtype):
+    return dtype if dtype is not None else torch.get_default_dtype()
+
+
+def _random_bounds(dtype: torch.dtype) -> tuple[int, int]:
+    """random_()'s default range: [0, 2**mantissa] for floats, [0, max] for integers."""
+    if dtype == torch.bool:
+        return 0, 2
+    if dtype.is_floating_point:
+        return 0, (1 << (torch.finfo(dtype).nmant + 1)) + 1
+    return 0, torch.iinfo(dtype).max + 1
+
+
+def _drop_eval(seed_offset, input, p, train=True):
+    if train is False:
+        return aten.clone.default(input), aten.ones_like.default(input, dtype=torch.bool)
+    return dropout(seed_offset, input, float(p))
+
+
+def _from_kwargs(fn):
+    """Ignore factory-only keywords (layout, device, pin_memory, memory_format)."""
+    def call(*args, dtype=None, layout=None, device=None, pin_memory=None,
+             memory_format=None, **rest):
+        return fn(*args, dtype=dtype, **rest)
+    return call
+
+
+def _shape_of(x) -> list:
+    return list(x.shape)
+
+
+RANDOM_OPS = {
+    aten.uniform.default: (
+        lambda self, low=0.0, high=1.0: counters(self.numel()),
+        lambda so, self, low=0.0, high=1.0: uniform(so, _shape_of(self), self.dtype,
+                                                     float(low), float(high))),
+    aten.normal_functional.default: (
+        lambda self, mean=0.0, std=1.0: counters(self.numel()),
+        lambda so, self, mean=0.0, std=1.0: normal(so, _shape_of(self), self.dtype,
+                                                   float(mean), float(std))),
+    aten.normal.Tensor_float: (
+        lambda mean, std=1.0: counters(mean.numel()),
+        lambda so, mean, std=1.0: normal_tensor(so, mean, float(std), _shape_of(mean),
+                                                mean.dtype)),
+    aten.normal.float_Tensor: (
+        lambda mean, std: counters(std.numel()),
+        lambda so, mean, std: normal_tensor(so, float(mean), std, _shape_of(std), std.dtype)),
+    aten.normal.Tensor_Tensor: (
+        lambda mean, std: counters(_numel(torch.broadcast_shapes(mean.shape, std.shape))),
+        lambda so, mean, std: normal_tensor(
+            so, mean, std, list(torch.broadcast_shapes(mean.shape, std.shape)),
+            torch.promote_types(mean.dtype, std.dtype))),
+    aten.bernoulli.default: (
+        lambda self: counters(self.numel()),
+        lambda so, self: bernoulli(so, self, _shape_of(self), self.dtype)),
+    aten.bernoulli.p: (
+        lambda self, p=0.5: counters(self.numel()),
+        lambda so, self, p=0.5: bernoulli(so, float(p), _shape_of(self), self.dtype)),
+    aten.bernoulli.Tensor: (
+        lambda self, p: counters(self.numel()),
+        lambda so, self, p: bernoulli(so, p, _shape_of(self), self.dtype)),
+    aten.native_dropout.default: (
+        lambda input, p, train=True: counters(input.numel()),
+        _drop_eval),
+    getattr(aten.random, "from"): (   # "from" is a Python keyword
+        lambda self, low, high=None: randint_counters(
+            int(low), _random_bounds(self.dtype)[1] if high is None else int(high),
+            self.numel()),
+        lambda so, self, low, high=None: randint(
+            so, int(low), _random_bounds(self.dtype)[1] if high is None else int(high),
+            _shape_of(self), self.dtype)),
+    aten.random.to: (
+        lambda self, high: randint_counters(0, int(high), self.numel()),
+        lambda so, self, high: randint(so, 0, int(high), _shape_of(self), self.dtype)),
+    aten.random.default: (
+        lambda self: randint_counters(*_random_bounds(self.dtype), self.numel()),
+        lambda so, self: randint(so, *_random_bounds(self.dtype), _shape_of(self),
+                                 self.dtype)),
+    aten.exponential.default: (
+        lambda self, lambd=1.0: counters(self.numel()),
+        lambda so, self, lambd=1.0: exponential(so, _shape_of(self), self.dtype,
+                                                float(lambd))),
+    aten.rand_like.default: (
+        _from_kwargs(lambda self, dtype=None: counters(self.numel())),
+        _from_kwargs(lambda so, self, dtype=None: uniform(so, _shape_of(self),
+                                                          dtype or self.dtype))),
+    aten.randn_like.default: (
+        _from_kwargs(lambda self, dtype=None: counters(self.numel())),
+        _from_kwargs(lambda so, self, dtype=None: normal(so, _shape_of(self),
+                                                         dtype or self.dtype))),
+    aten.randint_like.default: (
+        _from_kwargs(lambda self, high, dtype=None: randint_counters(0, int(high),
+                                                                    self.numel())),
+        _from_kwargs(lambda so, self, high, dtype=None: randint(
+            so, 0, int(high), _shape_of(self), dtype or self.dtype))),
+    aten.randint_like.low_dtype: (
+        _from_kwargs(lambda self, low, high, dtype=None: randint_counters(
+            int(low), int(high), self.numel())),
+        _from_kwargs(lambda so, self, low, high, dtype=None: randint(
+            so, int(low), int(high), _shape_of(self), dtype or self.dtype))),
+    aten.rand.default: (
+        _from_kwargs(lambda size, dtype=None: counters(_numel(size))),
+        _from_kwargs(lambda so, size, dtype=None: uniform(so, list(size),
+                                                          _default_dtype(dtype)))),
+    aten.randn.default: (
+        _from_kwargs(lambda size, dtype=None: counters(_numel(size))),
+        _from_kwargs(lambda so, size, dtype=None: normal(so, list(size),
+                                                         _default_dtype(dtype)))),
+    aten.randint.default: (
+        _from_kwargs(lambda high, size, dtype=None: randint_counters(0, int(high),
+                                                                    _numel(size))),
+        _from_kwargs(lambda so, high, size, dtype=None: randint(
+            so, 0, int(high), list(size), dtype or torch.int64))),
+    aten.randint.low: (
+        _from_kwargs(lambda low, high, size, dtype=None: randint_counters(
+            int(low), int(high), _numel(size))),
+        _from_kwargs(lambda so, low, high, size, dtype=None: randint(
+            so, int(low), int(high), list(size), dtype or torch.int64))),
+}
