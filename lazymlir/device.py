@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from . import device_guard, dlpack, module_moves, session
+from . import autocast, device_guard, dlpack, module_moves, session
 from .execution import executor
 from .tracing import device_rules, tracer
 from .tracing.materialize import mark_step, to_cpu
@@ -63,11 +63,11 @@ class _DeviceModule:
 
     @staticmethod
     def get_amp_supported_dtype() -> list:
-        """No dtype: autocast is not implemented for lazy_mlir (no AutocastPrivateUse1
-        kernels), so `torch.autocast("lazy_mlir")` warns and stays off. PyTorch asks
-        even for a disabled autocast: activation checkpointing (of CPU tensors too,
-        lazy_mlir being the registered accelerator) builds one for the device."""
-        return []
+        """float16 and bfloat16: `torch.autocast("lazy_mlir", dtype=...)` applies CUDA's
+        policy (autocast.py). PyTorch asks even for a disabled autocast: activation
+        checkpointing (of CPU tensors too, lazy_mlir being the registered accelerator)
+        builds one for the device."""
+        return autocast.supported_dtypes()
 
     @staticmethod
     def get_rng_state(device=None):
@@ -312,6 +312,7 @@ def register() -> None:
     _library.impl("_copy_from", _copy_from, "PrivateUse1")
     _library.impl("empty_quantized", _empty_quantized, "QuantizedPrivateUse1")
     _install_printing()
+    autocast.install()
     module_moves.install()
     _install_host_copy()
     _install_serialization()
