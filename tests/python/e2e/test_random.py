@@ -198,12 +198,15 @@ def test_models_with_dropout_train_as_one_graph_per_step(make, shape):
     assert losses[0] != eager[0] and abs(losses[0] - eager[0]) < 0.5
 
 
-def test_compiled_model_with_dropout_is_one_graph_each_way():
+@pytest.mark.parametrize("make, shape", [
+    pytest.param(_TinyTransformer, (4, 6, 8), marks=LONG, id="transformer"),
+    pytest.param(_tiny_cnn, (4, 1, 8, 8), id="cnn")])
+def test_compiled_model_with_dropout_is_one_graph_each_way(make, shape):
     """torch.compile: forward and backward each one graph, no fallback, new masks every
     step, torch.manual_seed reproduces."""
     torch.manual_seed(0)
-    model = torch.compile(_tiny_cnn(), backend="lazymlir")
-    x = torch.randn(4, 1, 8, 8)
+    model = torch.compile(make(), backend="lazymlir")
+    x = torch.randn(*shape)
 
     def steps():
         torch.manual_seed(3)
