@@ -7,6 +7,7 @@ dtype is CUDA's documented float32 and the reference is eager CPU in float32.
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import pytest
@@ -42,7 +43,13 @@ def _ops(device: str, dtype: torch.dtype, upcast: bool = False) -> dict:
     return {k: v.to("cpu") for k, v in out.items()}
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "f16"])
+# float16 runs on demand (CI time); the GradScaler test below trains in float16.
+@pytest.mark.parametrize("dtype", [
+    torch.bfloat16,
+    pytest.param(torch.float16, marks=pytest.mark.skipif(
+        os.environ.get("LAZYMLIR_LONG_TRAINING_TESTS") != "1",
+        reason="set LAZYMLIR_LONG_TRAINING_TESTS=1 for the longer tests"))],
+    ids=["bf16", "f16"])
 def test_dtypes_and_values_per_op_match_cpu_autocast(dtype):
     with warnings.catch_warnings():
         warnings.simplefilter("error")   # no "target dtype is not supported" warning
@@ -83,13 +90,14 @@ def _train_with_scaler(device: str, init_scale: float, amp: bool = True, steps: 
 
 
 def test_grad_scaler_float16_training_matches_cpu_autocast():
-    """Unscale, inf check and scale update run in the graph (no fallback); the scale
-    backs off after float16 gradients overflow (init 2**40), then grows, as on CPU;
-    the losses follow CPU autocast's and stay close to float32 training's."""
-    losses, scales = _train_with_scaler(DEVICE, 2.0 ** 40)
+    """Unscale, inf check and scale update run in the graph (no fallback). From 2**17
+    the scale grows after two good steps (growth_interval=2), then backs off when the
+    float16 gradients overflow and that step is skipped, as on CPU; the losses follow
+    CPU autocast's and stay close to float32 training's."""
+    losses, scales = _train_with_scaler(DEVICE, 2.0 ** 17)
     assert_no_fallback()
-    cpu_losses, cpu_scales = _train_with_scaler("cpu", 2.0 ** 40)
-    assert scales == cpu_scales and scales[0] < 2.0 ** 40
+    cpu_losses, cpu_scales = _train_with_scaler("cpu", 2.0 ** 17)
+    assert scales == cpu_scales == [2.0 ** 17, 2.0 ** 18, 2.0 ** 17, 2.0 ** 17]
     torch.testing.assert_close(losses, cpu_losses, rtol=2e-3, atol=2e-3)
     float32_losses, _ = _train_with_scaler("cpu", 1.0, amp=False)
-    torch.testing.assert_close(losses, float32_losses, rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(losses, float32_losses, rtol=5e-3, atol=5e-3)
