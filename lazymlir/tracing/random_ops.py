@@ -12,7 +12,7 @@ Twister.
 dropout's mask is an output of `native_dropout` that autograd saves for the
 backward, so forward and backward use the same mask. An op given an explicit
 `generator=` (a CPU torch.Generator) keeps running eagerly on it, counted as a
-fallback, as do randperm and multinomial.
+fallback, as does multinomial. randperm arrives in its out= form and rebinds `out`.
 """
 
 from __future__ import annotations
@@ -36,4 +36,22 @@ def _route(counters, compute):
     return route
 
 
+def _randperm_out(func, args, kwargs):
+    """randperm(n, device=lazy_mlir) reaches the tracer as its out= form: compute the
+    permutation and rebind `out` to it (an eager run with a generator too: its result
+    was lost)."""
+    out = kwargs["out"]
+    if kwargs.get("generator") is not None:
+        result = fallback.run_eagerly(func, args, kwargs, "an explicit torch.Generator")
+    else:
+        n = int(args[0])
+        seed, offset = session.current().rng.reserve(philox.counters(2 * n))
+        seed_offset = constant(torch.tensor([seed, offset], dtype=torch.int64))
+        result = philox.randperm(seed_offset, n, out.dtype)
+    out._lazy = result._lazy
+    return out
+
+
 ROUTES = {op: _route(*entry) for op, entry in philox.RANDOM_OPS.items()}
+ROUTES[torch.ops.aten.randperm.generator_out] = _randperm_out
+ROUTES[torch.ops.aten.randperm.out] = _randperm_out

@@ -211,6 +211,17 @@ def randint(seed_offset, low: int, high: int, shape, dtype):
     return _shaped(value, shape, dtype)
 
 
+def randperm(seed_offset, n: int, dtype=torch.int64):
+    """A random permutation of 0..n-1: the argsort of 63-bit random keys (an argsort is a
+    permutation whatever the ties, which 63 bits make rare). `sort.default`: torch-mlir
+    lowers it, not `sort.stable`."""
+    pair = aten.view.default(random_words(seed_offset, 2 * n), [n, 2])
+    high_word = _and(aten.select.int(pair, 1, 0), 0x7FFFFFFF)
+    keys = aten.add.Tensor(aten.mul.Scalar(high_word, 1 << 32), aten.select.int(pair, 1, 1))
+    _, order = aten.sort.default(keys, 0)
+    return order if dtype == torch.int64 else aten._to_copy.default(order, dtype=dtype)
+
+
 def randint_counters(low: int, high: int, numel: int) -> int:
     return counters(numel if high - low <= 1 << 32 else 2 * numel)
 
@@ -347,6 +358,9 @@ RANDOM_OPS = {
                                                                     _numel(size))),
         _from_kwargs(lambda so, high, size, dtype=None: randint(
             so, 0, int(high), list(size), dtype or torch.int64))),
+    aten.randperm.default: (
+        _from_kwargs(lambda n, dtype=None: counters(2 * int(n))),
+        _from_kwargs(lambda so, n, dtype=None: randperm(so, int(n), dtype or torch.int64))),
     aten.randint.low: (
         _from_kwargs(lambda low, high, size, dtype=None: randint_counters(
             int(low), int(high), _numel(size))),

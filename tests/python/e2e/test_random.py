@@ -151,6 +151,25 @@ def test_explicit_cpu_generator_still_runs_eagerly():
     assert lazymlir.metrics.counter("aten::uniform") == 1
 
 
+def test_randperm_with_a_cpu_generator():
+    """With a CPU generator, that generator's permutation (the out= form's eager result
+    used to be lost: uninitialized values)."""
+    seeded = torch.randperm(7, device=DEVICE, generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(seeded.cpu(),
+                               torch.randperm(7, generator=torch.Generator().manual_seed(1)))
+
+
+@LONG
+def test_randperm():
+    """randperm: an argsort of random keys in the graph (a sort: slow to compile)."""
+    torch.manual_seed(0)
+    first = torch.randperm(50, device=DEVICE).cpu()
+    second = torch.randperm(50, device=DEVICE).cpu()
+    assert sorted(first.tolist()) == list(range(50)) and not torch.equal(first, second)
+    assert lazymlir.metrics.counter("UncachedCompile") == 1
+    assert_no_fallback()
+
+
 class _TinyTransformer(nn.Module):
     def __init__(self):
         super().__init__()
