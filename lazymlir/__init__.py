@@ -30,6 +30,7 @@ if not (_Path(__file__).parent / "lowering").exists():
         __path__.append(str(_root))
 
 from . import config, metrics, session, targets  # noqa: E402
+from .buckets import bucket, pad_to_bucket  # noqa: E402
 from .device import register as _register  # noqa: E402
 from .dlpack import from_dlpack, to_dlpack  # noqa: E402
 from .execution import diagnostics as _diagnostics  # noqa: E402
@@ -70,6 +71,6 @@ def _configure_logging() -> None:
 _configure_logging()
 
 __all__ = ["mark_step", "debug", "to_dlpack", "from_dlpack", "metrics", "config", "session",
-           "dump_to", "wait_for_compiles", "target", "__version__",
+           "dump_to", "wait_for_compiles", "target", "__version__", "bucket", "pad_to_bucket",
            "LazyMlirError", "CompileError", "CompilerCrashError", "ExecutionError",
            "UnsupportedOperationError"]

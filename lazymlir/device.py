@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from . import device_guard, dlpack, module_moves
+from . import autocast, device_guard, dlpack, module_moves, session
 from .execution import executor
 from .tracing import device_rules, tracer
 from .tracing.materialize import mark_step, to_cpu
@@ -51,25 +51,33 @@ class _DeviceModule:
 
     @staticmethod
     def manual_seed_all(seed: int) -> None:
-        # Random ops run on the CPU generator (see tracing/fallback.py), which
-        # torch.manual_seed (our caller) seeds already.
-        pass
+        """Seed the device's Philox generator (torch.manual_seed and torch.seed call
+        this): random ops compile to Philox arithmetic (tracing/random_ops.py)."""
+        session.current().rng.manual_seed(seed)
+
+    manual_seed = manual_seed_all
+
+    @staticmethod
+    def initial_seed() -> int:
+        return session.current().rng.seed
 
     @staticmethod
     def get_amp_supported_dtype() -> list:
-        """No dtype: autocast is not implemented for lazy_mlir (no AutocastPrivateUse1
-        kernels), so `torch.autocast("lazy_mlir")` warns and stays off. PyTorch asks
-        even for a disabled autocast: activation checkpointing (of CPU tensors too,
-        lazy_mlir being the registered accelerator) builds one for the device."""
-        return []
+        """float16 and bfloat16: `torch.autocast("lazy_mlir", dtype=...)` applies CUDA's
+        policy (autocast.py). PyTorch asks even for a disabled autocast: activation
+        checkpointing (of CPU tensors too, lazy_mlir being the registered accelerator)
+        builds one for the device."""
+        return autocast.supported_dtypes()
 
     @staticmethod
     def get_rng_state(device=None):
-        return torch.get_rng_state()
+        """16 bytes: the Philox seed and offset (as CUDA's generator state); what
+        torch.utils.checkpoint and torch.random.fork_rng save and restore."""
+        return session.current().rng.get_state()
 
     @staticmethod
     def set_rng_state(state, device=None) -> None:
-        torch.set_rng_state(state)
+        session.current().rng.set_state(state)
 
 
 class _Hooks(torch._C._acc.PrivateUse1Hooks):
@@ -304,6 +312,7 @@ def register() -> None:
     _library.impl("_copy_from", _copy_from, "PrivateUse1")
     _library.impl("empty_quantized", _empty_quantized, "QuantizedPrivateUse1")
     _install_printing()
+    autocast.install()
     module_moves.install()
     _install_host_copy()
     _install_serialization()

@@ -38,7 +38,7 @@ from torch._functorch.partitioners import min_cut_rematerialization_partition
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from . import session, targets
+from . import dynamo_random, session, targets
 from .execution import executor
 from .lowering.front import decompositions, fx_graph
 
@@ -165,6 +165,9 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, eager_while_compiling=Non
 
 
 def _compile_real(gm: torch.fx.GraphModule, example_inputs, eager_while_compiling):
+    # Random ops become Philox arithmetic reading one more input: the generator's
+    # seed and offsets, drawn at each call (dynamo_random.py).
+    random_inputs = dynamo_random.rewrite(gm)
     graph, constants, layout = to_fx_stage(gm)
     target = targets.active()
     key = fx_graph.structural_hash(graph, target.name)
@@ -194,6 +197,8 @@ def _compile_real(gm: torch.fx.GraphModule, example_inputs, eager_while_compilin
 
     def run(args):
         nonlocal first_run
+        if random_inputs is not None:
+            args.append(random_inputs.seed_offsets())
         if first_run:
             # Only the first run may go without its compile: the compile is niced
             # (executor.BACKGROUND_NICENESS), and a program that kept running eagerly

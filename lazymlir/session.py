@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .support.metrics_store import Metrics
+from .support.rng_state import RngState
 from .support.settings import Settings, from_env
 
 
@@ -29,6 +30,7 @@ class Session:
     def __init__(self, settings: Settings | None = None):
         self.settings: Settings = settings or from_env()
         self.metrics = Metrics()
+        self.rng = RngState()                 # the device's Philox seed and offset
         self.target: Any = None               # targets.Target, resolved on first use
         self.graph_cache: Any = None          # execution.graph_cache.GraphCache
         self.disk_cache: Any = None           # (cache folder, execution.disk_cache.DiskCache)

@@ -5,7 +5,7 @@ With `LAZYMLIR_DEBUG=1` or `lazymlir.debug()`, every compile logs (logger
 output counts and the user's line that caused the sync:
 
     lazymlir: compile #2: graph 5d1c0b6e2f3a4b9c (cpu): 4 nodes, 1 inputs, 0 scalars,
-      1 outputs; cause: input 0 shape [4, 3] -> [8, 3] (vs graph 0a1b...);
+      1 outputs; cause: input 0 shape [4, 3] -> [8, 3] (dim 0: 4 -> 8) (vs graph 0a1b...);
       sync at train.py:12 in step
 
 The cause compares the new graph with the nearest graph compiled before: the
@@ -74,6 +74,15 @@ def _without_refs(value):
     return value
 
 
+def _changed_dims(old: list, new: list) -> str:
+    """Which dimensions changed ("dim 0: 4 -> 8"), or the change of rank: a sequence
+    length or batch size that keeps changing shows here as one dim."""
+    if len(old) != len(new):
+        return f"rank {len(old)} -> {len(new)}"
+    return ", ".join(f"dim {d}: {a} -> {b}" for d, (a, b) in enumerate(zip(old, new))
+                     if a != b)
+
+
 def cause(previous: dict | None, previous_key: str | None, graph: dict) -> str:
     """What differs between `graph` and `previous` (same op sequence), briefly."""
     if previous is None:
@@ -81,7 +90,8 @@ def cause(previous: dict | None, previous_key: str | None, graph: dict) -> str:
     changes = []
     for i, (old, new) in enumerate(zip(previous["inputs"], graph["inputs"])):
         if old["shape"] != new["shape"]:
-            changes.append(f"input {i} shape {old['shape']} -> {new['shape']}")
+            changes.append(f"input {i} shape {old['shape']} -> {new['shape']} "
+                           f"({_changed_dims(old['shape'], new['shape'])})")
         if old["dtype"] != new["dtype"]:
             changes.append(f"input {i} dtype {old['dtype']} -> {new['dtype']}")
     for i, (old, new) in enumerate(zip(previous["nodes"], graph["nodes"])):

@@ -22,6 +22,8 @@ import sys
 import torch
 import torch.nn.functional as F
 
+from lazymlir.lowering.front import philox
+
 
 def mlp_step(x, target, w1, b1, w2, b2):
     """An MLP training step (MSE loss, SGD lr 0.1) as one graph; the emulator tests
@@ -146,6 +148,12 @@ CASES = {
                _randn((2, 3, 16, 16), (8, 3, 3, 3), 8), {}),
     "conv2d_backward": (conv2d_backward,
                         _randn((2, 3, 15, 15), (8, 3, 3, 3), 8, (2, 8, 8, 8)), {}),
+    # Random numbers as the graphs compute them: Philox on int64 words (wrapping 64-bit
+    # products, shifts, masks) from a [seed, offset] input; integer-exact on any target.
+    "philox_dropout": (lambda so, x: philox.dropout(so, x, 0.25),
+                       lambda: (torch.tensor([1234567, 99]), torch.randn(64, 300)), {}),
+    "philox_normal": (lambda so: philox.normal(so, [4099], torch.float32),
+                      lambda: (torch.tensor([-7, (1 << 33) + 5]),), {}),
     "mlp_step": (mlp_step, _randn((8, 16), (8, 4), (32, 16), 32, (4, 32), 4), {}),
     "gpt_block_adamw": (_gpt_block_step,
                         _randn((2, 8, 32), (2, 8, 32), 32, 32, (96, 32), (32, 32), 32, 32,

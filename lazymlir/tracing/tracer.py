@@ -9,7 +9,8 @@ What an op needs is decided once per op and kept in `_ROUTES`:
 3. ops torch-mlir wants decomposed are decomposed with torch-mlir's own
    decomposition table (the pieces re-enter dispatch) once per signature;
    later calls replay a template of the nodes it recorded (decompose.py);
-4. data-dependent and random ops run eagerly (fallback.py);
+4. random ops become Philox arithmetic with seed/offset inputs (random_ops.py);
+   data-dependent ops (and random ones given a generator) run eagerly (fallback.py);
 5. everything else is recorded by the op's recorder: a Node is added to the
    trace (recording.py).
 
@@ -21,7 +22,7 @@ dispatch). Tracing time is counted per top-level call (trace_state.py).
 
 from __future__ import annotations
 
-from . import decompose, failures, fallback, functional, recording
+from . import decompose, failures, fallback, functional, random_ops, recording
 from .host_data import adopt, constant
 from .special_ops import SPECIAL
 from .trace_state import clock, count_trace_time, depth, flush_trace_time, state
@@ -105,6 +106,9 @@ def _route(func):
     special = SPECIAL.get(func)
     if special is not None:
         return lambda f, args, kwargs: special(*args, **kwargs)
+    random = random_ops.ROUTES.get(func)
+    if random is not None:  # before the decompositions: torch-mlir's table has some
+        return random
     name = func._schema.name
     if name.startswith("aten::_foreach_"):
         return functional.foreach

@@ -27,6 +27,40 @@ def weight_norm_interface_backward(grad_w, saved_v, saved_g, saved_norms, dim):
     return grad_v, grad_g
 
 
+def amp_non_finite_check_and_unscale(grads, found_inf, inv_scale):
+    """GradScaler's unscale (the functional form of `_amp_foreach_non_finite_check_and_
+    unscale_`): each gradient times `inv_scale`, and `found_inf` set to 1 if any element
+    of any gradient is inf or NaN. `0 * x` is NaN exactly where x is not finite, and a
+    NaN sum is != 0."""
+    found = found_inf
+    out = []
+    for grad in grads:
+        probe = aten.sum.default(aten.mul.Scalar(grad, 0.0), dtype=torch.float32)
+        bad = aten._to_copy.default(aten.ne.Scalar(probe, 0.0), dtype=found_inf.dtype)
+        found = aten.maximum.default(found, bad)
+        out.append(aten._to_copy.default(aten.mul.Tensor(grad, inv_scale), dtype=grad.dtype))
+    return out, found
+
+
+def amp_update_scale(scale, growth_tracker, found_inf, growth_factor, backoff_factor,
+                     growth_interval):
+    """GradScaler's update (the functional form of `_amp_update_scale_`), as CUDA's
+    kernel: back off and reset the tracker after an inf; else count a good step, and
+    grow the scale (if the grown one is finite) and reset every `growth_interval`."""
+    found = aten.gt.Scalar(found_inf, 0.0)
+    successful = aten.add.Scalar(growth_tracker, 1)
+    grow = aten.ge.Scalar(successful, growth_interval)
+    grown = aten.mul.Scalar(scale, growth_factor)
+    grown_ok = aten.logical_and.default(grow, aten.eq.Scalar(aten.mul.Scalar(grown, 0.0), 0.0))
+    kept = aten.where.self(grown_ok, grown, scale)
+    new_scale = aten.where.self(found, aten.mul.Scalar(scale, backoff_factor), kept)
+    zero = aten.mul.Scalar(growth_tracker, 0)
+    new_tracker = aten.where.self(aten.logical_or.default(found, grow), zero, successful)
+    return new_scale, new_tracker
+
+
 TABLE = {
     aten._weight_norm_interface_backward.default: weight_norm_interface_backward,
+    aten._amp_foreach_non_finite_check_and_unscale.default: amp_non_finite_check_and_unscale,
+    aten._amp_update_scale.default: amp_update_scale,
 }

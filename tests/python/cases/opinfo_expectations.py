@@ -857,7 +857,7 @@ FALLBACK: dict[str, set[str]] = {
         'linalg.slogdet:float32',
         'logdet:float32',
     },
-    'falls back: aten::_linalg_svd, aten::linalg_qr, aten::normal_functional': {
+    'falls back: aten::_linalg_svd, aten::linalg_qr': {
         'pca_lowrank:float32',
         'svd_lowrank:float32',
     },

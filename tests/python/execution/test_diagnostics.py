@@ -50,7 +50,7 @@ def test_shape_change_is_named_with_hash_sizes_and_line(debug_log):
         (torch.ones(rows, 3).to(DEVICE) * 2).relu().sum(0).cpu()
     first, second = _compiles(debug_log)  # rows=4 twice compiles once
     assert "cause: new graph" in first
-    assert "cause: input 0 shape [4, 3] -> [8, 3]" in second
+    assert "cause: input 0 shape [4, 3] -> [8, 3] (dim 0: 4 -> 8)" in second
     assert "3 nodes, 1 inputs, 0 scalars, 1 outputs" in second
     assert "test_diagnostics.py:" in second and "in test_shape_change" in second
     key = first.split("graph ")[1].split(" ")[0]
