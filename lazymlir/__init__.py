@@ -31,6 +31,7 @@ if not (_Path(__file__).parent / "lowering").exists():
 
 from . import config, metrics, session, targets  # noqa: E402
 from .device import register as _register  # noqa: E402
+from .distributed import install as _install_distributed  # noqa: E402
 from .dlpack import from_dlpack, to_dlpack  # noqa: E402
 from .execution import diagnostics as _diagnostics  # noqa: E402
 from .execution.executor import dump_to, wait_for_compiles  # noqa: E402
@@ -46,6 +47,7 @@ from .tracing.materialize import mark_step  # noqa: E402
 __version__ = "0.2.0"
 
 _register()
+_install_distributed()
 
 
 def target() -> str:

@@ -1,0 +1,38 @@
+"""Which c10d backend serves lazy_mlir tensors: gloo, on host buffers.
+
+With lazymlir imported, `lazy_mlir` is PyTorch's accelerator, and
+`init_process_group()` without a backend looks the accelerator up in
+`Backend.default_device_backend_map`; with no entry it raises ("don't know which
+communication backend to use"), which breaks CPU-only programs that merely import
+lazymlir. The collectives on lazy_mlir tensors run on host copies
+(collectives.py), so the backend they need is the CPU one: a default process group
+gets gloo for the cpu device, as it would without lazymlir.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch.distributed import distributed_c10d
+
+NAME = "lazy_mlir"
+DEFAULT = "cpu:gloo"  # what init_process_group() uses when lazy_mlir is the accelerator
+
+
+class BackendConfig(distributed_c10d.BackendConfig):
+    """PyTorch's BackendConfig, with the lazy device's default: an undefined backend
+    on a process whose accelerator is lazy_mlir means gloo for the CPU (whose c10d
+    kernels the lazy collectives call), not a backend for lazy_mlir only."""
+
+    def __init__(self, backend):
+        if str(backend) == dist.Backend.UNDEFINED and \
+                torch._C._get_accelerator().type == NAME:
+            backend = DEFAULT
+        super().__init__(backend)
+
+
+def install() -> None:
+    """Make gloo the lazy device's default backend (idempotent)."""
+    dist.Backend.default_device_backend_map.setdefault(NAME, dist.Backend.GLOO)
+    if not issubclass(distributed_c10d.BackendConfig, BackendConfig):
+        distributed_c10d.BackendConfig = BackendConfig
