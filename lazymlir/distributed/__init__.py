@@ -4,10 +4,12 @@
   process group's CPU backend on host copies, results written back through
   functionalization;
 - host_copy.py: `cpu.copy_(lazy)` from C++ (DDP's reducer);
-- process_group.py: `init_process_group()` without a backend picks gloo.
+- process_group.py: `init_process_group()` without a backend picks gloo;
+- compiled.py: `_c10d_functional` collectives in torch.compile graphs;
+- fsdp.py: `init_device_mesh` for lazy_mlir; FSDP2 on it raises a clear error.
 
-`install()` runs when lazymlir is imported (a no-op where PyTorch was built without
-distributed support).
+`install()` runs when lazymlir is imported (PyTorch's CPU and CUDA wheels have
+torch.distributed; without it, nothing is installed).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import torch
 
 from . import collectives, host_copy, process_group
+from .fsdp import init_device_mesh
 
 
 def install() -> None:
@@ -23,3 +26,6 @@ def install() -> None:
     collectives.install()
     host_copy.install()
     process_group.install()
+
+
+__all__ = ["install", "init_device_mesh"]

@@ -15,6 +15,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d
 
+from . import fsdp
+
 NAME = "lazy_mlir"
 DEFAULT = "cpu:gloo"  # what init_process_group() uses when lazy_mlir is the accelerator
 
@@ -25,6 +27,7 @@ class BackendConfig(distributed_c10d.BackendConfig):
     kernels the lazy collectives call), not a backend for lazy_mlir only."""
 
     def __init__(self, backend):
+        fsdp.install()  # a process group is being made: FSDP2 may follow
         if str(backend) == dist.Backend.UNDEFINED and \
                 torch._C._get_accelerator().type == NAME:
             backend = DEFAULT

@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 import torch.nn as nn
+from torch.distributed.fsdp import fully_shard
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import lazymlir
@@ -189,6 +190,19 @@ def ddp_compiled(rank: int, world: int, mode: str) -> dict:
             "collectives": lazymlir.metrics.counter("Collective")}
 
 
+def fsdp2_lazy(rank: int, world: int) -> dict:
+    """FSDP2 over a lazy_mlir mesh (lazymlir's init_device_mesh) raises the documented
+    error at the first forward, not a wrong number or an internal error."""
+    mesh = lazymlir.distributed.init_device_mesh((world,))
+    model = nn.Linear(8, 4).to(L)
+    fully_shard(model, mesh=mesh)
+    try:
+        model(torch.randn(2, 8).to(L))
+    except lazymlir.UnsupportedOperationError as error:
+        return {"raised": str(error), "mesh": str(mesh)}
+    return {"raised": None, "mesh": str(mesh)}
+
+
 def main() -> None:
     rank, world, port = (int(a) for a in sys.argv[1:4])
     only = sys.argv[4].split(",") if len(sys.argv) > 4 else None
@@ -202,6 +216,7 @@ def main() -> None:
         "ddp_adamw_bucket_view": lambda: ddp_lazy(rank, world, "adamw", bucket_view=True,
                                                   accumulate=True),
         "functional_compiled": lambda: functional_compiled(rank, world),
+        "fsdp2_lazy": lambda: fsdp2_lazy(rank, world),
         **{f"ddp_compiled_{mode}": (lambda mode=mode: ddp_compiled(rank, world, mode))
            for mode in ("ddp_optimizer", "no_optimization", "python_reducer")},
     }

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -113,9 +112,13 @@ def test_compiled_ddp_equals_one_process_on_the_whole_batch(ranks, mode):
         assert all(r["ddp_compiled_python_reducer"]["collectives"] > 0 for r in ranks)
 
 
-@pytest.mark.skipif(shutil.which("torchrun") is None and
-                    not (Path(sys.executable).parent / "torchrun").exists(),
-                    reason="torchrun is not installed")
+def test_fsdp2_on_lazy_mlir_raises_what_to_use_instead(ranks):
+    for result in ranks:
+        check = result["fsdp2_lazy"]
+        assert "DeviceMesh((2,), 'lazy_mlir'" in check["mesh"], check
+        assert check["raised"] and "DistributedDataParallel" in check["raised"], check
+
+
 def test_the_readme_torchrun_example(tmp_path):
     """The README's DDP example, as written there, under torchrun with 2 processes."""
     readme = (ROOT / "README.md").read_text()
@@ -123,8 +126,8 @@ def test_the_readme_torchrun_example(tmp_path):
     assert match, "README.md has no torchrun example block"
     script = tmp_path / "train_ddp.py"
     script.write_text(match.group(1))
-    torchrun = Path(sys.executable).parent / "torchrun"
-    command = [str(torchrun) if torchrun.exists() else "torchrun", "--standalone",
+    # `torchrun` is this module's console script: run with this Python.
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                "--nproc-per-node=2", str(script)]
     done = subprocess.run(command, env=_env(), capture_output=True, text=True,
                           timeout=TIMEOUT, cwd=tmp_path)
