@@ -9,6 +9,7 @@
 Layers (each imports only the ones below it; CI checks this with import-linter):
 
     device, opt, demo        user entry points
+    distributed              torch.distributed on the device and in compiled graphs
     tracing                  lazy values, tracer, graph building, sync points
     execution                graph executor, graph cache, compiler driver, compile worker
     targets                  cpu / cuda behind one Target interface

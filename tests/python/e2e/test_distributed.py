@@ -56,7 +56,7 @@ def _run_ranks(world: int = 2) -> list[dict]:
     results = []
     for rank, (code, out, err) in enumerate(outputs):
         assert code == 0, f"rank {rank} failed ({code}):\n{out[-2000:]}\n{err[-6000:]}"
-        line = next(l for l in out.splitlines() if l.startswith("RESULT "))
+        line = next(s for s in out.splitlines() if s.startswith("RESULT "))
         results.append(json.loads(line[len("RESULT "):]))
     return results
 
