@@ -15,17 +15,21 @@ Functionalize key take them first:
    (replace + commit), so views and the tensors they alias see it, as after an
    in-place op.
 
-The returned `Work` is already complete (its future holds the lazy tensors), so
-`wait()` returns at once; communication does not overlap the backward pass. A c10d
-op with no kernel here raises an error naming it rather than run eagerly.
+Each call counts as `Collective` in lazymlir.metrics. The returned `Work` is
+already complete (its future holds the lazy tensors), so `wait()` returns at once;
+communication does not overlap the backward pass. A c10d op with no kernel here
+raises an error naming it rather than run eagerly.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.distributed._functional_collectives  # noqa: F401  registers _wrap_tensor_autograd
 
+from .. import session
 from ..support.errors import UnsupportedOperationError
-from ..tracing.host_data import constant
+from ..tracing import special_ops
+from ..tracing.host_data import constant, to_host as lazy_to_host
 from ..tracing.materialize import materialize, to_cpu
 from ..tracing.values import LazyTensor
 
@@ -145,6 +149,7 @@ def _kernel(op, written: tuple[int, ...]):
                 raise UnsupportedOperationError(
                     f"{name} on a functionalized {tensor.device.type} tensor")
         host = to_host(tensors)
+        session.current().metrics.inc("Collective")
         host_args = [_map(lambda t: host.get(id(t), t), a) for a in args]
         result = op(*host_args)
         _wait(result)
@@ -172,8 +177,45 @@ def _unsupported(name: str):
     return refuse
 
 
+# ------------------------------------------------------ functional collectives, eagerly
+
+def _functional_route(op):
+    """How the tracer runs `_c10d_functional` op `op` on lazy values (funcol called
+    outside torch.compile): on host copies through PyTorch, waited for at once (its
+    output is read only after the wait: wait_tensor finds the work by storage), the
+    result a computed lazy value. A mutating form raises: it has no route."""
+    name = op._schema.name
+    if name.endswith("::wait_tensor"):
+        return lambda tensor: LazyTensor(tensor._lazy)  # done when it was made
+    if op._schema.is_mutable:
+        return _unsupported(name)
+
+    def run(*args, **kwargs):
+        session.current().metrics.inc("Collective")
+        host_args = [_map(lazy_to_host, a) for a in args]
+        host_kwargs = {k: _map(lazy_to_host, v) for k, v in kwargs.items()}
+        result = op(*host_args, **host_kwargs)
+        return _map(lambda t: constant(torch.ops._c10d_functional.wait_tensor(t)), result)
+    return run
+
+
+def _install_functional_routes() -> None:
+    for schema in torch._C._jit_get_all_schemas():
+        namespace, short = schema.name.split("::")
+        if namespace not in ("_c10d_functional", "_c10d_functional_autograd"):
+            continue
+        op = getattr(getattr(getattr(torch.ops, namespace), short),
+                     schema.overload_name or "default")
+        special_ops.SPECIAL.setdefault(op, _functional_route(op))
+    # funcol's wrapper of a result into an AsyncCollectiveTensor (waited on first use):
+    # a lazy result is complete already.
+    wrap = torch.ops._c10d_functional._wrap_tensor_autograd.default
+    special_ops.SPECIAL.setdefault(wrap, lambda tensor: LazyTensor(tensor._lazy))
+
+
 def install() -> None:
-    """Register the Functionalize-key kernels of every c10d op (idempotent)."""
+    """Register the Functionalize-key kernels of every c10d op, and the tracer's routes
+    of the functional collectives (idempotent)."""
     global _library
     if _library is not None or not torch.distributed.is_available():
         return
@@ -191,3 +233,4 @@ def install() -> None:
                  str(a.type).startswith("Tensor") for a in schema.arguments):
             library.impl(key, _unsupported(schema.name), "Functionalize")
     _library = library
+    _install_functional_routes()

@@ -47,7 +47,8 @@ def collectives(rank: int, world: int) -> dict:
         run(cpu)
         lazy = make(L)
         run(lazy)
-        errors[name] = diff(lazy, cpu)
+        errors[name] = diff([t for t in lazy if t is not None],
+                            [t for t in cpu if t is not None])
 
     def base(device, n=6):
         """Computed values (a copy to the device: nothing to compile)."""
@@ -92,6 +93,12 @@ def collectives(rank: int, world: int) -> dict:
         elif rank == 1:
             dist.recv(t[0], 0)
     both("send_recv", lambda d: [base(d)], send_recv)
+
+    # Functional collectives called eagerly (outside torch.compile) on lazy tensors.
+    def functional(t):
+        reduced = funcol.all_reduce(t[0] * 2, "sum", dist.group.WORLD)
+        t[1] = funcol.wait_tensor(funcol.all_gather_tensor(reduced, 0, dist.group.WORLD))
+    both("functional_eager", lambda d: [base(d), None], functional)
     dist.barrier()
     return {"errors": errors, "fallbacks": lazymlir.metrics.fallback_ops()}
 
