@@ -3,7 +3,8 @@
 - collectives.py: c10d's in-place collectives on lazy_mlir tensors run with the
   process group's CPU backend on host copies, results written back through
   functionalization;
-- host_copy.py: `cpu.copy_(lazy)` from C++ (DDP's reducer);
+- host_copy.py: `cpu.copy_(lazy)` from C++ (DDP's reducer), installed with the
+  first process group;
 - process_group.py: `init_process_group()` without a backend picks gloo;
 - compiled.py: `_c10d_functional` collectives in torch.compile graphs;
 - fsdp.py: `init_device_mesh` for lazy_mlir; FSDP2 on it raises a clear error.
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from . import collectives, host_copy, process_group
+from . import collectives, process_group
 from .fsdp import init_device_mesh
 
 
@@ -24,7 +25,6 @@ def install() -> None:
     if not torch.distributed.is_available():
         return
     collectives.install()
-    host_copy.install()
     process_group.install()
 
 

@@ -51,7 +51,9 @@ def copy_(self, src, non_blocking=False):
 
 
 def install() -> None:
-    """Register the kernel (idempotent)."""
+    """Register the kernel (idempotent). Done when a process group is made: every
+    copy_ of a lazy tensor then takes this Python kernel (measured under load: 310 us
+    against 160 per copy_), which programs without torch.distributed need not pay."""
     global _library
     if _library is not None:
         return

@@ -7,6 +7,10 @@ communication backend to use"), which breaks CPU-only programs that merely impor
 lazymlir. The collectives on lazy_mlir tensors run on host copies
 (collectives.py), so the backend they need is the CPU one: a default process group
 gets gloo for the cpu device, as it would without lazymlir.
+
+Making a process group is also when the rest of the distributed support that costs
+something is installed: the host copy_ kernel (host_copy.py) and FSDP2's check
+(fsdp.py).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d
 
-from . import fsdp
+from . import fsdp, host_copy
 
 NAME = "lazy_mlir"
 DEFAULT = "cpu:gloo"  # what init_process_group() uses when lazy_mlir is the accelerator
@@ -27,7 +31,10 @@ class BackendConfig(distributed_c10d.BackendConfig):
     kernels the lazy collectives call), not a backend for lazy_mlir only."""
 
     def __init__(self, backend):
-        fsdp.install()  # a process group is being made: FSDP2 may follow
+        # A process group is being made: DDP (whose reducer copies from the device to
+        # the host) and FSDP2 may follow.
+        host_copy.install()
+        fsdp.install()
         if str(backend) == dist.Backend.UNDEFINED and \
                 torch._C._get_accelerator().type == NAME:
             backend = DEFAULT
