@@ -9,6 +9,7 @@
 Layers (each imports only the ones below it; CI checks this with import-linter):
 
     device, opt, demo        user entry points
+    distributed              torch.distributed on the device and in compiled graphs
     tracing                  lazy values, tracer, graph building, sync points
     execution                graph executor, graph cache, compiler driver, compile worker
     targets                  cpu / cuda behind one Target interface
@@ -32,6 +33,7 @@ if not (_Path(__file__).parent / "lowering").exists():
 from . import config, metrics, session, targets  # noqa: E402
 from .buckets import bucket, pad_to_bucket  # noqa: E402
 from .device import register as _register  # noqa: E402
+from .distributed import install as _install_distributed  # noqa: E402
 from .dlpack import from_dlpack, to_dlpack  # noqa: E402
 from .execution import diagnostics as _diagnostics  # noqa: E402
 from .execution.executor import dump_to, wait_for_compiles  # noqa: E402
@@ -47,6 +49,7 @@ from .tracing.materialize import mark_step  # noqa: E402
 __version__ = "0.2.0"
 
 _register()
+_install_distributed()
 
 
 def target() -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from . import autocast, device_guard, dlpack, module_moves, session
+from . import autocast, device_guard, dlpack, module_moves, session, streams
 from .execution import executor
 from .tracing import device_rules, tracer
 from .tracing.materialize import mark_step, to_cpu
@@ -23,6 +23,11 @@ _library = None  # the torch.library.Library holding our kernels; must stay aliv
 
 class _DeviceModule:
     """`torch.lazy_mlir`: what PyTorch and user code ask of a device module."""
+
+    Stream = streams.Stream
+    Event = streams.Event
+    current_stream = staticmethod(streams.current_stream)
+    stream = staticmethod(streams.stream)
 
     @staticmethod
     def is_available() -> bool:

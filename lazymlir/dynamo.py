@@ -39,6 +39,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from . import dynamo_random, session, targets
+from .distributed import compiled as compiled_collectives
 from .execution import executor
 from .lowering.front import decompositions, fx_graph
 
@@ -161,6 +162,11 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, eager_while_compiling=Non
     # (a `torch.tensor(...)` made in forward, e.g. an attention mask's fill value) are
     # real tensors, which an op dispatched under that mode rejects.
     with unset_fake_temporarily():
+        if compiled_collectives.has_collectives(gm):
+            # Collectives are runtime calls: the pieces between them compile.
+            return compiled_collectives.split(
+                gm, example_inputs,
+                lambda piece, inputs: _compile_real(piece, inputs, eager_while_compiling))
         return _compile_real(gm, example_inputs, eager_while_compiling)
 
 
@@ -425,6 +431,11 @@ def lazymlir_backend(gm: torch.fx.GraphModule, example_inputs, options=None, mod
     priority, has not finished; later runs wait for it (default: the
     LAZYMLIR_EAGER_WHILE_COMPILING setting, off: the first run waits).
     """
+    if example_inputs and isinstance(example_inputs[0], list):
+        # Compiled autograd (DDP's python_reducer mode) hands its tensors over as one
+        # list: one input each, as inductor's flatten_graph_inputs does.
+        return compiled_collectives.unbox_list_input(gm, example_inputs, functools.partial(
+            lazymlir_backend, options=options, mode=mode))
     eager_while_compiling = _backend_options(options, mode)
     # A graph to compile is coming: the compile workers import the compiler while
     # AOTAutograd traces (not when the disk cache is warm: executor.prestart_worker);

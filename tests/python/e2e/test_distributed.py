@@ -1,0 +1,136 @@
+"""torch.distributed with two local processes (gloo on 127.0.0.1): c10d collectives on
+lazy_mlir tensors, DDP on lazy_mlir, functional collectives and DDP through
+torch.compile(backend="lazymlir"), and the README's torchrun example.
+
+Both ranks run cases/distributed_cases.py in a process of their own, with a time
+limit, so a hang or a crash is a test failure with the ranks' output. One pair of
+processes runs every check (process start and compiles dominate the cost).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import CASES_DIR
+
+ROOT = Path(__file__).resolve().parents[3]
+TIMEOUT = 400
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env() -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAZYMLIR_")}
+    # Each rank's compiles stay its own (no shared disk cache); cpu target.
+    return dict(env, LAZYMLIR_TARGET="cpu", LAZYMLIR_CACHE_DIR="off", OMP_NUM_THREADS="1")
+
+
+def _run_ranks(world: int = 2) -> list[dict]:
+    port = str(_free_port())
+    procs = [subprocess.Popen([sys.executable, str(CASES_DIR / "distributed_cases.py"),
+                               str(rank), str(world), port], env=_env(), text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for rank in range(world)]
+    outputs = []
+    for proc in procs:
+        try:
+            out, err = proc.communicate(timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            out, err = proc.communicate()
+            pytest.fail(f"a rank hung (>{TIMEOUT} s):\n{out[-2000:]}\n{err[-4000:]}")
+        outputs.append((proc.returncode, out, err))
+    results = []
+    for rank, (code, out, err) in enumerate(outputs):
+        assert code == 0, f"rank {rank} failed ({code}):\n{out[-2000:]}\n{err[-6000:]}"
+        line = next(s for s in out.splitlines() if s.startswith("RESULT "))
+        results.append(json.loads(line[len("RESULT "):]))
+    return results
+
+
+@pytest.fixture(scope="module")
+def ranks():
+    return _run_ranks()
+
+
+def test_every_c10d_collective_on_lazy_tensors_equals_eager(ranks):
+    """Pending, computed and view inputs; all_reduce once left its tensor unchanged.
+    Also funcol's functional collectives called eagerly on lazy tensors."""
+    for rank, result in enumerate(ranks):
+        errors = result["collectives"]["errors"]
+        assert len(errors) == 16, errors
+        assert all(e == 0 for e in errors.values()), (rank, errors)
+        assert result["collectives"]["fallbacks"] == {}, rank
+
+
+# Until as_strided_scatter lowers, DDP's bucket views (gradients.as_strided(...)) run it
+# as an op fallback; no c10d op may ever run that way.
+TOLERATED_FALLBACKS = {"aten::as_strided_scatter"}
+
+
+@pytest.mark.parametrize("check", ["ddp_sgd", "ddp_adamw_bucket_view"])
+def test_ddp_on_lazy_mlir_equals_one_process_on_the_whole_batch(ranks, check):
+    """init sync from different initial weights, several buckets, no_sync accumulation;
+    DDP once failed in its constructor."""
+    for rank, result in enumerate(ranks):
+        ddp = result[check]
+        assert ddp["error"] < 1e-5, (rank, ddp)
+        assert set(ddp["fallbacks"]) <= TOLERATED_FALLBACKS, (rank, ddp)
+        # Step 1 compiles; step 2 too (DDP rebuilds its buckets in step 2's forward:
+        # new, pending bucket tensors), so may step 3 (the rebuilt buckets, now
+        # computed); from then on nothing compiles.
+        assert ddp["compiles"][3:] == [0] * (len(ddp["compiles"]) - 3), (rank, ddp)
+
+
+def test_functional_collectives_in_a_compiled_graph(ranks):
+    """Once garbage (the output copied before its wait_tensor); LAZYMLIR_FALLBACK=error."""
+    for rank, result in enumerate(ranks):
+        check = result["functional_compiled"]
+        assert check["error"] == 0, (rank, check)
+        assert check["fallbacks"] == {} and check["collectives"] == 2, (rank, check)
+
+
+@pytest.mark.parametrize("mode", ["ddp_optimizer", "no_optimization", "python_reducer"])
+def test_compiled_ddp_equals_one_process_on_the_whole_batch(ranks, mode):
+    for rank, result in enumerate(ranks):
+        check = result[f"ddp_compiled_{mode}"]
+        assert check["error"] < 1e-5, (rank, check)
+        assert check["fallbacks"] == {}, (rank, check)
+    if mode == "python_reducer":  # compiled autograd's graph holds the all_reduce
+        assert all(r["ddp_compiled_python_reducer"]["collectives"] > 0 for r in ranks)
+
+
+def test_fsdp2_on_lazy_mlir_raises_what_to_use_instead(ranks):
+    for result in ranks:
+        check = result["fsdp2_lazy"]
+        assert "DeviceMesh((2,), 'lazy_mlir'" in check["mesh"], check
+        assert check["raised"] and "DistributedDataParallel" in check["raised"], check
+
+
+def test_the_readme_torchrun_example(tmp_path):
+    """The README's DDP example, as written there, under torchrun with 2 processes."""
+    readme = (ROOT / "README.md").read_text()
+    match = re.search(r"<!-- torchrun-example -->\s*```python\n(.*?)```", readme, re.S)
+    assert match, "README.md has no torchrun example block"
+    script = tmp_path / "train_ddp.py"
+    script.write_text(match.group(1))
+    # `torchrun` is this module's console script: run with this Python.
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               "--nproc-per-node=2", str(script)]
+    done = subprocess.run(command, env=_env(), capture_output=True, text=True,
+                          timeout=TIMEOUT, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    assert done.stdout.count("rank 0 step 2 loss") == 1, done.stdout
