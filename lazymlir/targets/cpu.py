@@ -73,7 +73,8 @@ def threads_stats() -> dict[str, object] | None:
     if _threads.cache_info().currsize == 0:
         return None
     lib, gomp = _threads()
-    return {"forks": lib.lazymlir_threads_forks(), "runtime": gomp,
+    return {"forks": lib.lazymlir_threads_forks(),
+            "inline_forks": lib.lazymlir_threads_inline_forks(), "runtime": gomp,
             "threads": torch.get_num_threads() if gomp else 1}
 
 

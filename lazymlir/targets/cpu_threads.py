@@ -26,6 +26,12 @@ graphs share PyTorch's pool even where the system has another libgomp. Without
 one (a PyTorch built without OpenMP), `available()` is false and the same code
 runs on the calling thread alone: the fork calls the region once, with a team of
 one that takes every iteration.
+
+Nested: a graph run from inside an OpenMP region (from one of the team's threads)
+runs its loops on that thread alone, as PyTorch's `at::parallel_for` does there,
+so the threads at work never outnumber `torch.get_num_threads()` per calling
+thread, whatever nesting the OpenMP settings allow (this libgomp reports an
+unbounded max-active-levels).
 """
 
 from __future__ import annotations
@@ -47,21 +53,29 @@ static void (*gomp_parallel)(void (*)(void *), void *, unsigned, unsigned);
 static void (*gomp_barrier)(void);
 static int (*thread_num)(void);
 static int (*num_threads)(void);
-static uint64_t forks;
+static int (*in_parallel)(void);
+static uint64_t forks, inline_forks;
+/* Depth of regions this thread runs alone, inside an enclosing parallel region. */
+static __thread int alone;
 
-/* Binds the OpenMP runtime PyTorch uses (all four, or none: a team of one). */
+/* Binds the OpenMP runtime PyTorch uses (all five, or none: a team of one). */
 void lazymlir_threads_bind(void *parallel, void *barrier, void *get_thread_num,
-                           void *get_num_threads) {
+                           void *get_num_threads, void *omp_in_parallel) {
   gomp_parallel = (void (*)(void (*)(void *), void *, unsigned, unsigned))parallel;
   gomp_barrier = (void (*)(void))barrier;
   thread_num = (int (*)(void))get_thread_num;
   num_threads = (int (*)(void))get_num_threads;
+  in_parallel = (int (*)(void))omp_in_parallel;
 }
 
 uint64_t lazymlir_threads_forks(void) { return __atomic_load_n(&forks, __ATOMIC_RELAXED); }
+/* Forks that ran on the calling thread alone because it was in a parallel region. */
+uint64_t lazymlir_threads_inline_forks(void) {
+  return __atomic_load_n(&inline_forks, __ATOMIC_RELAXED);
+}
 
-static int32_t self(void) { return thread_num ? thread_num() : 0; }
-static int32_t team(void) { return num_threads ? num_threads() : 1; }
+static int32_t self(void) { return alone || !thread_num ? 0 : thread_num(); }
+static int32_t team(void) { return alone || !num_threads ? 1 : num_threads(); }
 
 #define MAX_ARGS 16
 typedef struct {
@@ -102,14 +116,23 @@ void __kmpc_fork_call(ident_t *loc, int32_t argc, microtask_t fn, ...) {
   for (int32_t i = 0; i < argc && i < MAX_ARGS; i++) f.args[i] = va_arg(ap, void *);
   va_end(ap);
   __atomic_add_fetch(&forks, 1, __ATOMIC_RELAXED);
-  if (gomp_parallel) gomp_parallel(run_region, &f, 0, 0);
-  else run_region(&f);
+  if (gomp_parallel && !alone && !(in_parallel && in_parallel())) {
+    gomp_parallel(run_region, &f, 0, 0);
+  } else {
+    /* Nested (a graph run from inside an OpenMP region, as from a PyTorch intra-op
+       thread): the calling thread runs every iteration, as at::parallel_for does there,
+       instead of a nested team that would put more threads than cores to work. */
+    if (gomp_parallel) __atomic_add_fetch(&inline_forks, 1, __ATOMIC_RELAXED);
+    alone++;
+    run_region(&f);
+    alone--;
+  }
 }
 
 int32_t __kmpc_global_thread_num(ident_t *loc) { return self(); }
 
 void __kmpc_barrier(ident_t *loc, int32_t gtid) {
-  if (gomp_barrier) gomp_barrier();
+  if (gomp_barrier && !alone) gomp_barrier();
 }
 
 void __kmpc_for_static_fini(ident_t *loc, int32_t gtid) {}
@@ -174,12 +197,13 @@ def load(library: Path) -> tuple[ctypes.CDLL, str | None]:
     every graph's `__kmpc_*` calls bind to it."""
     lib = ctypes.CDLL(str(library), mode=ctypes.RTLD_GLOBAL)
     lib.lazymlir_threads_forks.restype = ctypes.c_uint64
+    lib.lazymlir_threads_inline_forks.restype = ctypes.c_uint64
     gomp_path = loaded_libgomp()
     if gomp_path is not None:
         gomp = ctypes.CDLL(gomp_path)  # the handle of the copy already loaded
         address = [ctypes.cast(getattr(gomp, name), ctypes.c_void_p)
                    for name in ("GOMP_parallel", "GOMP_barrier", "omp_get_thread_num",
-                                "omp_get_num_threads")]
+                                "omp_get_num_threads", "omp_in_parallel")]
         lib.lazymlir_threads_bind(*address)
     return lib, gomp_path
 
