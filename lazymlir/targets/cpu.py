@@ -74,7 +74,9 @@ def threads_stats() -> dict[str, object] | None:
         return None
     lib, gomp = _threads()
     return {"forks": lib.lazymlir_threads_forks(),
-            "inline_forks": lib.lazymlir_threads_inline_forks(), "runtime": gomp,
+            "inline_forks": lib.lazymlir_threads_inline_forks(),
+            "late_forks": lib.lazymlir_threads_late_forks(),
+            "alone_forks": lib.lazymlir_threads_alone_forks(), "runtime": gomp,
             "threads": torch.get_num_threads() if gomp else 1}
 
 

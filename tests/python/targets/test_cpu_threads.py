@@ -150,6 +150,80 @@ def test_a_fork_inside_an_openmp_region_runs_on_the_calling_thread_alone():
     assert got["inline"] == 2 and got["new_threads"] == 0
 
 
+# A stand-in for GOMP_parallel runs the team's two threads one after the other: the
+# other thread first (on time), or `delay` seconds after the caller's share (a thread
+# that waited for a core): the forks after a late
+# one run alone (the stand-in is not called) and still cover every iteration; once the
+# window is over, one fork tries the team again, and a team on time keeps it.
+_LATE = """
+import ctypes, json, sys, time
+lib = ctypes.CDLL(sys.argv[1])
+state = {"tid": 0, "n": 2, "delay": 0.0, "teams": 0}
+TID = ctypes.CFUNCTYPE(ctypes.c_int)(lambda: state["tid"])
+NUM = ctypes.CFUNCTYPE(ctypes.c_int)(lambda: state["n"])
+REGION = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+def parallel(fn, data, n, flags):
+    state["teams"] += 1
+    region = REGION(fn)
+    # on time: the other thread is done when the caller reaches the end
+    order = (0, 1) if state["delay"] else (1, 0)
+    for tid in order:
+        state["tid"] = tid
+        region(data)
+        if tid == 0 and state["delay"]:
+            time.sleep(state["delay"])
+    state["tid"] = 0
+PARALLEL = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint)(
+    parallel)
+lib.lazymlir_threads_bind(ctypes.cast(PARALLEL, ctypes.c_void_p), None,
+                          ctypes.cast(TID, ctypes.c_void_p), ctypes.cast(NUM, ctypes.c_void_p),
+                          None)
+# late after 50 ms of waiting, alone for 300 ms then: far beyond a busy machine's hiccups
+lib.lazymlir_threads_tune(ctypes.c_uint64(50_000_000), ctypes.c_uint64(300_000_000),
+                          ctypes.c_uint64(10**9))
+for name in ("forks", "late_forks", "alone_forks"):
+    getattr(lib, "lazymlir_threads_" + name).restype = ctypes.c_uint64
+i32 = ctypes.c_int32
+TASK = ctypes.CFUNCTYPE(None, ctypes.POINTER(i32), ctypes.POINTER(i32))
+init = lib.__kmpc_for_static_init_4
+init.argtypes = [ctypes.c_void_p, i32, i32, ctypes.POINTER(i32), ctypes.POINTER(i32),
+                 ctypes.POINTER(i32), ctypes.POINTER(i32), i32, i32]
+fork = lib.__kmpc_fork_call
+fork.argtypes = [ctypes.c_void_p, i32, TASK]
+done = []
+def task(gtid, btid):
+    last, lo, hi, stride = i32(0), i32(0), i32(9), i32(0)
+    init(None, gtid[0], 34, ctypes.byref(last), ctypes.byref(lo), ctypes.byref(hi),
+         ctypes.byref(stride), 1, 0)
+    done.extend(range(lo.value, hi.value + 1))
+    lib.__kmpc_barrier(None, gtid[0])
+task_c = TASK(task)
+out = []
+def step(delay):
+    state["delay"] = delay
+    teams = state["teams"]
+    done.clear()
+    fork(None, 0, task_c)
+    out.append([state["teams"] - teams, sorted(done) == list(range(10)),
+                lib.lazymlir_threads_late_forks(), lib.lazymlir_threads_alone_forks()])
+step(0.0)      # on time: the team
+step(0.1)      # late: the team, then...
+step(0.0)      # ...alone, within the window
+time.sleep(0.35)
+step(0.0)      # the window is over: the team again, on time
+step(0.0)      # and it stays
+print(json.dumps(out))
+"""
+
+
+def test_forks_after_a_late_team_run_alone_until_the_window_ends():
+    done = _child(_LATE, str(session.runtime_library(cpu_threads.build)))
+    assert done.returncode == 0, done.stderr
+    # [teams started, every iteration ran once, late forks, forks run alone]
+    assert json.loads(done.stdout) == [[1, True, 0, 0], [1, True, 1, 0], [0, True, 1, 1],
+                                       [1, True, 1, 1], [1, True, 1, 1]]
+
+
 def test_graph_with_parallel_loop_forks_onto_torch_threads_and_matches_eager():
     from lazymlir.targets import cpu
 
