@@ -97,23 +97,16 @@ class Phases:
 
 
 def _mlp_steps():
-    def make():
-        model = _mlp(0)
-        opt = torch.optim.SGD(model.parameters(), lr=0.01)
-        return model, opt
     generator = torch.Generator().manual_seed(1)
     x, y = torch.randn(64, 256, generator=generator), torch.randn(64, 256, generator=generator)
-    return make, _mse, x, y
+    return lambda: _mlp(0), lambda p: torch.optim.SGD(p, lr=0.01), _mse, x, y
 
 
 def _gpt_steps():
     config = models.GPTConfig()
-
-    def make():
-        model = models.gpt(config, 0)
-        return model, torch.optim.AdamW(model.parameters(), lr=1e-3)
     idx, targets = models.gpt_batch(config, models.BENCH_BATCH, torch.Generator().manual_seed(1))
-    return make, models.gpt_loss, idx, targets
+    return (lambda: models.gpt(config, 0), lambda p: torch.optim.AdamW(p, lr=1e-3),
+            models.gpt_loss, idx, targets)
 
 
 WORKLOADS = {
@@ -127,13 +120,13 @@ WORKLOADS = {
 def measure(key: str, calls: int, inductor: bool, phases: Phases) -> dict:
     import lazymlir
 
-    make, loss_fn, x, y = WORKLOADS[key][1]()
+    make_model, make_opt, loss_fn, x, y = WORKLOADS[key][1]()
     contenders: dict[str, Callable[[], object]] = {}
-    model, opt = make()
+    model = make_model()
+    opt = make_opt(model.parameters())
     contenders["eager"] = lambda: _train_step(model, opt, x, y, loss_fn)
-    lazy_model, lazy_opt = make()
-    lazy_model.to("lazy_mlir")
-    lazy_opt = type(opt)(lazy_model.parameters(), **opt.defaults)
+    lazy_model = make_model().to("lazy_mlir")
+    lazy_opt = make_opt(lazy_model.parameters())
     xl, yl = x.to("lazy_mlir"), y.to("lazy_mlir")
     clock = time.perf_counter
     tracing: list[float] = []
@@ -149,7 +142,8 @@ def measure(key: str, calls: int, inductor: bool, phases: Phases) -> dict:
     first["lazy"] = clock() - began
     for backend in ["lazymlir"] + (["inductor"] if inductor else []):
         torch._dynamo.reset()
-        m, o = make()
+        m = make_model()
+        o = make_opt(m.parameters())
         step = torch.compile(lambda m=m, o=o: _train_step(m, o, x, y, loss_fn),
                              backend=backend, dynamic=False)
         began = clock()
