@@ -67,6 +67,12 @@ def _threads() -> tuple[ctypes.CDLL, str | None]:
     return lib, gomp
 
 
+def threads_library() -> ctypes.CDLL:
+    """targets/cpu_threads.py's library as loaded for the graphs (its counters and
+    `lazymlir_threads_tune`, for tests and benchmarks)."""
+    return _threads()[0]
+
+
 def threads_stats() -> dict[str, object] | None:
     """Parallel regions run by compiled graphs and the OpenMP runtime they ran on (None
     before the first graph is loaded)."""
