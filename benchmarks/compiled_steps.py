@@ -6,11 +6,12 @@
 The steady-state figure is a ratio to eager (the MLP and GPT steps of
 benchmarks/run.py, same models, optimizers and batches). On a small machine that
 ratio moves with whatever else runs, and the two sides do not feel load equally
-(a parallel loop waits for its slowest thread). So here each round times a block
-of steps of every contender back to back (eager, then each backend, each on its
-own copy of the same initial weights), the first step of a block untimed (it pays
-the switch between the contenders' thread use), and the table gives the median
-of the per-round times and the median of the per-round ratios to eager.
+(a parallel loop waits for its slowest thread). So here the contenders alternate
+call by call (eager, then each backend, each on its own copy of the same initial
+weights), every call timed, as a training script alternates eager work with its
+steps (a switch between them is part of what a user pays), and the table gives
+the median of the per-call times and the median of the per-round ratios to eager
+(a round: one call of each; `--rounds` x the workload's calls per round).
 Each backend runs in a process of its own (with its own eager reference): in one
 process, the MLP step measured 0.96x eager through lazymlir alone and 1.34x next
 to inductor's compiled step (eager itself went from 0.99 to 1.34 ms there).
@@ -56,6 +57,7 @@ def _gpt_step(seed: int = 0):
 
 
 WORKLOADS = {
+    # (title, step factory, calls of each contender per round)
     "mlp": ("mlp train step 64x256-512-256 SGD", _mlp_step, 50),
     "gpt": (f"gpt train step {models.GPTConfig().layers}x(d{models.GPTConfig().dim},"
             f"h{models.GPTConfig().heads}) b{models.BENCH_BATCH}xs{models.GPTConfig().seq} "
@@ -86,13 +88,11 @@ def measure(make_step, backends: list[str], block: int, rounds: int) -> dict:
         for _ in range(3):
             step()
     times: dict[str, list[float]] = {name: [] for name in steps}
-    for _ in range(rounds):
-        for name, step in steps.items():
-            step()  # untimed: the switch from the previous contender
+    for _ in range(rounds * block):
+        for name, step in steps.items():  # one call each, every call timed
             start = time.perf_counter()
-            for _ in range(block):
-                step()
-            times[name].append((time.perf_counter() - start) / block * 1e3)
+            step()
+            times[name].append((time.perf_counter() - start) * 1e3)
     ratios = {name: statistics.median(t / e for t, e in zip(times[name], times["eager"]))
               for name in backends}
     return {"ms": {name: statistics.median(t) for name, t in times.items()},
@@ -159,8 +159,10 @@ def main() -> None:
              + (f" --threads {args.threads}" if args.threads else ""), "",
              f"torch {torch.__version__}, {torch.get_num_threads()} threads, load average "
              f"{load_before:.2f} before, {load_after:.2f} after. One process per backend "
-             f"and workload, each with its own eager reference; median of {args.rounds} "
-             "rounds; ratio = median of the per-round ratios to eager; first s = the "
+             f"and workload, each with its own eager reference; medians over {args.rounds} x "
+             f"({', '.join(f'{k} {WORKLOADS[k][2]}' for k in args.only.split(','))}) calls "
+             "of each contender, alternating call by call; ratio = median of the per-round "
+             "(one call each) ratios to eager; first s = the "
              "backend's first call (a cold compile only with empty caches); ready s = "
              "from the first call's start until every graph runs compiled (lazymlir-ewc: "
              "lazymlir with options={'eager_while_compiling': True}, whose first calls run "

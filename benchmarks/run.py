@@ -3,8 +3,8 @@
     PYTHONPATH=. python -m benchmarks.run [--label NAME] [--reps N] [--inductor] [--quick]
 
 Every workload runs eagerly and on `lazy_mlir` (CPU target) in one process; each
-figure is the median of `--reps` timed runs (eager and lazy alternate in blocks
-of BLOCK runs, the first run of each block untimed), and the
+figure is the median of `--reps` timed runs (eager and lazy alternate call by
+call, every call timed), and the
 first lazy run (trace + compile + run) is reported separately as `first s`.
 `lazy ms` is the whole user-visible step: tracing, the graph-cache lookup, the
 compiled code and the copy back to a CPU tensor (`.cpu()` / `mark_step()`);
@@ -58,19 +58,6 @@ class Row:
         return self.lazy_ms / self.eager_ms
 
 
-BLOCK = 5  # timed runs per side in a row (see _paired_timing)
-
-
-def _median_ms(fn: Callable[[], object], reps: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(reps):
-        began = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - began)
-    return 1e3 * statistics.median(times)
-
-
 def _execute_total() -> float:
     import lazymlir
 
@@ -83,68 +70,97 @@ def _fallbacks() -> int:
     return sum(lazymlir.metrics.fallback_ops().values())
 
 
-def _paired_timing(eager_fn: Callable[[], object], lazy_fn: Callable[[], object], reps: int):
-    """(eager median ms, lazy first run s, lazy median ms, compiled-code median ms, lazy result).
+def _paired_timing(eager_fn: Callable[[], object], lazy_fn: Callable[[], object], reps: int,
+                   others: Callable[[], dict[str, Callable[[], object]]] = dict):
+    """(eager median ms, lazy first run s, lazy median ms, compiled-code median ms, lazy
+    result, {other: median ms}).
 
-    Eager and lazy runs alternate in blocks of BLOCK, so both see the same machine
-    load (the machine may be shared), and each block's first run is not timed: on
-    two cores, switching between PyTorch's OpenMP pool and the compiled code's
-    thread pool costs milliseconds (measured: an MLP step interleaved run by run
-    took 5 ms eager and 3-7 ms lazy, against 0.9 and 2.3 ms run alone), which a
-    training loop that stays on one side never pays.
+    Lazy, eager and the `others` (torch.compile contenders, made by calling `others()`
+    after the lazy first run, so that a graph they share is not compiled for the lazy
+    side first) alternate call by call, every call timed, as a training script
+    alternates eager work (data, metrics) with its steps: all see the same machine load
+    (the machine may be shared), and any cost of switching between them (the OpenMP
+    pool's threads, caches) lands in the figures instead of being skipped.
     """
     began = time.perf_counter()
     out = lazy_fn()
     first = time.perf_counter() - began
-    eager, lazy, code = [], [], []
-    for _ in range(max(1, reps // BLOCK)):
-        eager_fn()  # the switch: not timed
-        for _ in range(BLOCK):
-            began = time.perf_counter()
-            eager_fn()
-            eager.append(time.perf_counter() - began)
+    contenders = others()
+    for _ in range(2):  # warm-up, everyone
         lazy_fn()
-        for _ in range(BLOCK):
-            exec_before = _execute_total()
+        eager_fn()
+        for fn in contenders.values():
+            fn()
+    eager, lazy, code = [], [], []
+    times: dict[str, list[float]] = {name: [] for name in contenders}
+    for _ in range(max(1, reps)):
+        exec_before = _execute_total()
+        began = time.perf_counter()
+        out = lazy_fn()
+        lazy.append(time.perf_counter() - began)
+        code.append(_execute_total() - exec_before)
+        began = time.perf_counter()
+        eager_fn()
+        eager.append(time.perf_counter() - began)
+        for name, fn in contenders.items():
             began = time.perf_counter()
-            out = lazy_fn()
-            lazy.append(time.perf_counter() - began)
-            code.append(_execute_total() - exec_before)
+            fn()
+            times[name].append(time.perf_counter() - began)
     ms = [1e3 * statistics.median(t) for t in (eager, lazy, code)]
-    return ms[0], first, ms[1], ms[2], out
+    return ms[0], first, ms[1], ms[2], out, \
+        {name: 1e3 * statistics.median(t) for name, t in times.items()}
 
 
-def _compiled_ms(fn, args, reps: int, backend: str) -> tuple[float | None, float | None]:
-    """(steady-state median ms, first call s) of torch.compile(fn, backend=...)."""
+def _compiled(fn, args, backend: str) -> tuple[Callable[[], object] | None, float | None]:
+    """(a call of torch.compile(fn, backend=...) on args, its first call s), or (None,
+    None) if it fails."""
     try:
         torch._dynamo.reset()
         compiled = torch.compile(fn, backend=backend, dynamic=False)
         began = time.perf_counter()
         compiled(*args)
-        first = time.perf_counter() - began
-        return _median_ms(lambda: compiled(*args), reps), first
+        return (lambda: compiled(*args)), time.perf_counter() - began
     except Exception as error:  # optional column: report, do not fail the run
         print(f"  torch.compile({backend}) failed: {type(error).__name__}: {str(error)[:200]}")
         return None, None
 
 
-def _compile_columns(row: Row, fn, args, reps: int, inductor: bool) -> None:
-    row.dynamo_ms, row.dynamo_first_s = _compiled_ms(fn, args, reps, "lazymlir")
-    if inductor:
-        row.inductor_ms, row.inductor_first_s = _compiled_ms(fn, args, reps, "inductor")
+def _compile_contenders(row: Row, fn, args, inductor: bool):
+    """For _paired_timing's `others`: compiles fn with lazymlir (and inductor), recording
+    each first call in `row`."""
+    def make() -> dict[str, Callable[[], object]]:
+        contenders = {}
+        # Inductor after lazymlir: torch._dynamo.reset() between them drops only Dynamo's
+        # caches, the compiled callables stay valid.
+        call, row.dynamo_first_s = _compiled(fn, args, "lazymlir")
+        if call is not None:
+            contenders["dynamo"] = call
+        if inductor:
+            call, row.inductor_first_s = _compiled(fn, args, "inductor")
+            if call is not None:
+                contenders["inductor"] = call
+        return contenders
+    return make
+
+
+def _fill_compiled(row: Row, others: dict[str, float]) -> None:
+    row.dynamo_ms = others.get("dynamo")
+    row.inductor_ms = others.get("inductor")
 
 
 def _function_bench(name: str, fn, args: list[torch.Tensor], reps: int, inductor: bool,
                     flops: float = 0.0) -> Row:
     expected = fn(*args)
     lazy_args = [a.to("lazy_mlir") for a in args]
+    row = Row(name, 0.0, 0.0, 0.0, 0.0, flops=flops)
     before = _fallbacks()
-    eager, first, lazy, code, out = _paired_timing(lambda: fn(*args),
-                                                   lambda: fn(*lazy_args).cpu(), reps)
-    err = (out - expected).abs().max().item()
-    row = Row(name, eager, lazy, code, first, flops=flops, max_abs_err=err,
-              fallbacks=_fallbacks() - before)
-    _compile_columns(row, fn, args, reps, inductor)
+    eager, first, lazy, code, out, others = _paired_timing(
+        lambda: fn(*args), lambda: fn(*lazy_args).cpu(), reps,
+        _compile_contenders(row, fn, args, inductor))
+    row.fallbacks = _fallbacks() - before
+    row.eager_ms, row.lazy_ms, row.code_ms, row.first_s = eager, lazy, code, first
+    row.max_abs_err = (out - expected).abs().max().item()
+    _fill_compiled(row, others)
     return row
 
 
@@ -200,18 +216,20 @@ def _training_bench(name: str, make_model, make_opt, loss_fn, x, y, reps: int,
         lazymlir.mark_step()
         return loss
 
-    before = _fallbacks()
-    eager, first, lazy, code, _ = _paired_timing(
-        lambda: _train_step(eager_model, eager_opt, x, y, loss_fn), lazy_step, reps)
-    fallbacks = _fallbacks() - before
-    # Both took the same number of steps from the same weights: compare them.
-    err = max((pe - pl.cpu()).abs().max().item()
-              for pe, pl in zip(eager_model.parameters(), lazy_model.parameters()))
-    row = Row(name, eager, lazy, code, first, max_abs_err=err, fallbacks=fallbacks)
     compiled_model = make_model()
     compiled_opt = make_opt(compiled_model.parameters())
-    _compile_columns(row, lambda: _train_step(compiled_model, compiled_opt, x, y, loss_fn), [],
-                     reps, inductor)
+    row = Row(name, 0.0, 0.0, 0.0, 0.0)
+    before = _fallbacks()
+    eager, first, lazy, code, _, others = _paired_timing(
+        lambda: _train_step(eager_model, eager_opt, x, y, loss_fn), lazy_step, reps,
+        _compile_contenders(row, lambda: _train_step(compiled_model, compiled_opt, x, y,
+                                                     loss_fn), [], inductor))
+    row.fallbacks = _fallbacks() - before
+    row.eager_ms, row.lazy_ms, row.code_ms, row.first_s = eager, lazy, code, first
+    # Eager and lazy took the same number of steps from the same weights: compare them.
+    row.max_abs_err = max((pe - pl.cpu()).abs().max().item()
+                          for pe, pl in zip(eager_model.parameters(), lazy_model.parameters()))
+    _fill_compiled(row, others)
     return row
 
 
@@ -248,13 +266,15 @@ def _block_bench(reps: int, inductor: bool) -> Row:
 
     name = f"transformer block inference b{models.BENCH_BATCH}xs{config.seq}xd{config.dim}"
     xl = x.to("lazy_mlir")
+    row = Row(name, 0.0, 0.0, 0.0, 0.0)
     before = _fallbacks()
-    eager, first, lazy, code, out = _paired_timing(lambda: forward(eager_block, x),
-                                                   lambda: forward(lazy_block, xl).cpu(), reps)
-    err = (out - forward(eager_block, x)).abs().max().item()
-    row = Row(name, eager, lazy, code, first, max_abs_err=err,
-              fallbacks=_fallbacks() - before)
-    _compile_columns(row, lambda inp: forward(eager_block, inp), [x], reps, inductor)
+    eager, first, lazy, code, out, others = _paired_timing(
+        lambda: forward(eager_block, x), lambda: forward(lazy_block, xl).cpu(), reps,
+        _compile_contenders(row, lambda inp: forward(eager_block, inp), [x], inductor))
+    row.fallbacks = _fallbacks() - before
+    row.eager_ms, row.lazy_ms, row.code_ms, row.first_s = eager, lazy, code, first
+    row.max_abs_err = (out - forward(eager_block, x)).abs().max().item()
+    _fill_compiled(row, others)
     return row
 
 
@@ -309,7 +329,7 @@ def _markdown(rows: list[Row], meta: dict) -> str:
     lines = [f"# {meta['label']}", "",
              f"`{meta['command']}` at commit `{meta['commit']}`, {meta['date']}, "
              f"{meta['cpu']} ({meta['threads']} torch threads), torch {meta['torch']}, "
-             f"median of {meta['reps']} runs, eager and lazy alternating in blocks of {BLOCK}, "
+             f"median of {meta['reps']} runs, eager and lazy alternating call by call, "
              "load average after the run "
              f"{meta['loadavg_after'][0]:.1f}; compile worker start {meta['worker_start_s']:.2f} s "
              "(not in `first run s`). `fallbacks`: ops run eagerly instead (0 = all compiled).", "",

@@ -365,7 +365,12 @@ class Compiled:
         self.flags = flags
 
     def run(self, target, inputs: list, scalars: list[float]) -> list:
-        if scalars:
+        if scalars and target.plain_cpu_tensors:
+            # One tensor for every scalar input, its elements as 0-d views: an AdamW step
+            # of the small GPT has 214 scalars, 9 us each as tensors of their own.
+            inputs = list(inputs) + list(torch.tensor(scalars, dtype=fx_graph.SCALAR_DTYPE)
+                                         .unbind())
+        elif scalars:
             inputs = list(inputs) + [target.upload(torch.tensor(s, dtype=fx_graph.SCALAR_DTYPE))
                                      for s in scalars]
         outputs = self.executable.run(inputs)

@@ -67,13 +67,22 @@ def _threads() -> tuple[ctypes.CDLL, str | None]:
     return lib, gomp
 
 
+def threads_library() -> ctypes.CDLL:
+    """targets/cpu_threads.py's library as loaded for the graphs (its counters and
+    `lazymlir_threads_tune`, for tests and benchmarks)."""
+    return _threads()[0]
+
+
 def threads_stats() -> dict[str, object] | None:
     """Parallel regions run by compiled graphs and the OpenMP runtime they ran on (None
     before the first graph is loaded)."""
     if _threads.cache_info().currsize == 0:
         return None
     lib, gomp = _threads()
-    return {"forks": lib.lazymlir_threads_forks(), "runtime": gomp,
+    return {"forks": lib.lazymlir_threads_forks(),
+            "inline_forks": lib.lazymlir_threads_inline_forks(),
+            "late_forks": lib.lazymlir_threads_late_forks(),
+            "alone_forks": lib.lazymlir_threads_alone_forks(), "runtime": gomp,
             "threads": torch.get_num_threads() if gomp else 1}
 
 

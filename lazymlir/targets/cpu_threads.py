@@ -26,6 +26,21 @@ graphs share PyTorch's pool even where the system has another libgomp. Without
 one (a PyTorch built without OpenMP), `available()` is false and the same code
 runs on the calling thread alone: the fork calls the region once, with a team of
 one that takes every iteration.
+
+Late teams: on a machine with more runnable threads than cores (other processes
+at work), a thread of the team may wait a scheduler time slice for a core, and
+the calling thread waits for it at the region's end: milliseconds for a loop of
+microseconds (an MLP step's compiled code measured 66 ms against 1 ms alone at
+load 7.7 on two cores). A fork whose calling thread waited at the end longer than
+its own share of the loop took is late; the forks of the next 10 ms (doubling
+while the team stays late, up to 1 s) run on the calling thread alone, then one
+fork tries the team again. Same iterations, same code: the same results.
+
+Nested: a graph run from inside an OpenMP region (from one of the team's threads)
+runs its loops on that thread alone, as PyTorch's `at::parallel_for` does there,
+so the threads at work never outnumber `torch.get_num_threads()` per calling
+thread, whatever nesting the OpenMP settings allow (this libgomp reports an
+unbounded max-active-levels).
 """
 
 from __future__ import annotations
@@ -39,6 +54,7 @@ from ..support import toolchain
 SOURCE = r"""
 #include <stdarg.h>
 #include <stdint.h>
+#include <time.h>
 
 typedef struct ident ident_t;  /* source location: unused */
 typedef void (*microtask_t)(int32_t *gtid, int32_t *btid, ...);
@@ -47,28 +63,73 @@ static void (*gomp_parallel)(void (*)(void *), void *, unsigned, unsigned);
 static void (*gomp_barrier)(void);
 static int (*thread_num)(void);
 static int (*num_threads)(void);
-static uint64_t forks;
+static int (*in_parallel)(void);
+static uint64_t forks, inline_forks, late_forks, alone_forks;
+/* Depth of regions this thread runs alone (nested, or while the team is late). */
+static __thread int alone;
 
-/* Binds the OpenMP runtime PyTorch uses (all four, or none: a team of one). */
+/* Late teams. On a machine busier than its cores (other processes), a thread of the
+   team may not get a core for a scheduler time slice: the calling thread then waits
+   at the region's barrier for milliseconds, far longer than the loop would take it
+   alone. A fork whose caller waited longer than its own share of the work took (and
+   longer than LATE_FLOOR_NS, more than waking a sleeping thread costs) is late: the
+   forks of the next `backoff` nanoseconds run on the calling thread alone (the same
+   iterations, so the same results), then one fork tries the team again; the window
+   doubles while the team stays late (up to BACKOFF_MAX_NS) and is reset by a fork
+   that is on time. */
+static uint64_t LATE_FLOOR_NS = 200000, BACKOFF_MIN_NS = 10000000, BACKOFF_MAX_NS = 1000000000;
+static uint64_t alone_until_ns, backoff_ns = 10000000;
+
+/* Other limits (the tests use longer ones than a loaded machine's hiccups). */
+void lazymlir_threads_tune(uint64_t late_floor_ns, uint64_t backoff_min_ns,
+                           uint64_t backoff_max_ns) {
+  LATE_FLOOR_NS = late_floor_ns;
+  BACKOFF_MIN_NS = backoff_ns = backoff_min_ns;
+  BACKOFF_MAX_NS = backoff_max_ns;
+}
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Binds the OpenMP runtime PyTorch uses (all five, or none: a team of one). */
 void lazymlir_threads_bind(void *parallel, void *barrier, void *get_thread_num,
-                           void *get_num_threads) {
+                           void *get_num_threads, void *omp_in_parallel) {
   gomp_parallel = (void (*)(void (*)(void *), void *, unsigned, unsigned))parallel;
   gomp_barrier = (void (*)(void))barrier;
   thread_num = (int (*)(void))get_thread_num;
   num_threads = (int (*)(void))get_num_threads;
+  in_parallel = (int (*)(void))omp_in_parallel;
 }
 
 uint64_t lazymlir_threads_forks(void) { return __atomic_load_n(&forks, __ATOMIC_RELAXED); }
+/* Forks that ran on the calling thread alone because it was in a parallel region. */
+uint64_t lazymlir_threads_inline_forks(void) {
+  return __atomic_load_n(&inline_forks, __ATOMIC_RELAXED);
+}
+/* Forks whose team was late, and forks run alone after one. */
+uint64_t lazymlir_threads_late_forks(void) {
+  return __atomic_load_n(&late_forks, __ATOMIC_RELAXED);
+}
+uint64_t lazymlir_threads_alone_forks(void) {
+  return __atomic_load_n(&alone_forks, __ATOMIC_RELAXED);
+}
 
-static int32_t self(void) { return thread_num ? thread_num() : 0; }
-static int32_t team(void) { return num_threads ? num_threads() : 1; }
+static int32_t self(void) { return alone || !thread_num ? 0 : thread_num(); }
+static int32_t team(void) { return alone || !num_threads ? 1 : num_threads(); }
 
 #define MAX_ARGS 16
 typedef struct {
   microtask_t fn;
   int32_t argc;
   void *args[MAX_ARGS];
+  uint64_t master_done_ns;  /* when the calling thread finished its share */
 } Fork;
+
+/* The fork the calling thread of a team is running (to time its share). */
+static __thread Fork *leading;
 
 static void run_region(void *data) {
   Fork *f = (Fork *)data;
@@ -88,6 +149,13 @@ static void run_region(void *data) {
       f->fn(&gtid, &btid, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10],
             a[11], a[12], a[13], a[14], a[15]);
   }
+  if (leading == f && !f->master_done_ns) f->master_done_ns = now_ns();
+}
+
+static void run_alone(Fork *f) {
+  alone++;
+  run_region(f);
+  alone--;
 }
 
 /* LLVM's OpenMPIRBuilder passes the region's captures as one struct pointer
@@ -97,19 +165,52 @@ void __kmpc_fork_call(ident_t *loc, int32_t argc, microtask_t fn, ...) {
   Fork f;
   f.fn = fn;
   f.argc = argc;
+  f.master_done_ns = 0;
   va_list ap;
   va_start(ap, fn);
   for (int32_t i = 0; i < argc && i < MAX_ARGS; i++) f.args[i] = va_arg(ap, void *);
   va_end(ap);
   __atomic_add_fetch(&forks, 1, __ATOMIC_RELAXED);
-  if (gomp_parallel) gomp_parallel(run_region, &f, 0, 0);
-  else run_region(&f);
+  if (!gomp_parallel) {
+    run_alone(&f);
+  } else if (alone || (in_parallel && in_parallel())) {
+    /* Nested (a graph run from inside an OpenMP region, as from a PyTorch intra-op
+       thread): the calling thread runs every iteration, as at::parallel_for does there,
+       instead of a nested team that would put more threads than cores to work. */
+    __atomic_add_fetch(&inline_forks, 1, __ATOMIC_RELAXED);
+    run_alone(&f);
+  } else {
+    uint64_t began = now_ns();
+    if (began < __atomic_load_n(&alone_until_ns, __ATOMIC_RELAXED)) {
+      __atomic_add_fetch(&alone_forks, 1, __ATOMIC_RELAXED);
+      run_alone(&f);
+      return;
+    }
+    Fork *outer = leading;
+    leading = &f;
+    gomp_parallel(run_region, &f, 0, 0);
+    leading = outer;
+    uint64_t ended = now_ns();
+    uint64_t share = f.master_done_ns ? f.master_done_ns - began : ended - began;
+    uint64_t waited = f.master_done_ns ? ended - f.master_done_ns : 0;
+    if (waited > LATE_FLOOR_NS && waited > share) {
+      uint64_t window = __atomic_load_n(&backoff_ns, __ATOMIC_RELAXED);
+      __atomic_store_n(&alone_until_ns, ended + window, __ATOMIC_RELAXED);
+      __atomic_store_n(&backoff_ns, window * 2 < BACKOFF_MAX_NS ? window * 2 : BACKOFF_MAX_NS,
+                       __ATOMIC_RELAXED);
+      __atomic_add_fetch(&late_forks, 1, __ATOMIC_RELAXED);
+    } else {
+      __atomic_store_n(&backoff_ns, BACKOFF_MIN_NS, __ATOMIC_RELAXED);
+    }
+  }
 }
 
 int32_t __kmpc_global_thread_num(ident_t *loc) { return self(); }
 
 void __kmpc_barrier(ident_t *loc, int32_t gtid) {
-  if (gomp_barrier) gomp_barrier();
+  /* The calling thread's share ends where it waits for the others. */
+  if (leading && !leading->master_done_ns && self() == 0) leading->master_done_ns = now_ns();
+  if (gomp_barrier && !alone) gomp_barrier();
 }
 
 void __kmpc_for_static_fini(ident_t *loc, int32_t gtid) {}
@@ -174,12 +275,15 @@ def load(library: Path) -> tuple[ctypes.CDLL, str | None]:
     every graph's `__kmpc_*` calls bind to it."""
     lib = ctypes.CDLL(str(library), mode=ctypes.RTLD_GLOBAL)
     lib.lazymlir_threads_forks.restype = ctypes.c_uint64
+    lib.lazymlir_threads_inline_forks.restype = ctypes.c_uint64
+    lib.lazymlir_threads_late_forks.restype = ctypes.c_uint64
+    lib.lazymlir_threads_alone_forks.restype = ctypes.c_uint64
     gomp_path = loaded_libgomp()
     if gomp_path is not None:
         gomp = ctypes.CDLL(gomp_path)  # the handle of the copy already loaded
         address = [ctypes.cast(getattr(gomp, name), ctypes.c_void_p)
                    for name in ("GOMP_parallel", "GOMP_barrier", "omp_get_thread_num",
-                                "omp_get_num_threads")]
+                                "omp_get_num_threads", "omp_in_parallel")]
         lib.lazymlir_threads_bind(*address)
     return lib, gomp_path
 

@@ -10,6 +10,7 @@ loop forks onto libgomp's team and matches eager, also with one thread.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -18,15 +19,17 @@ import pytest
 import torch
 from conftest import DEVICE, assert_no_fallback, target_name
 
+from lazymlir import session
 from lazymlir.lowering.cpu import codegen as cpu_codegen, parallel as cpu_parallel
 from lazymlir.targets import cpu_threads
 
 pytestmark = pytest.mark.skipif(target_name() != "cpu", reason="the cpu target's threads")
 
 
-def _child(code: str, *args: str) -> subprocess.CompletedProcess:
+def _child(code: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120,
+                          env=None if env is None else {**os.environ, **env})
 
 
 def test_library_defines_every_entry_point_the_generated_code_calls(tmp_path):
@@ -47,7 +50,7 @@ state = {"tid": 0, "n": 1}
 TID = ctypes.CFUNCTYPE(ctypes.c_int)(lambda: state["tid"])
 NUM = ctypes.CFUNCTYPE(ctypes.c_int)(lambda: state["n"])
 lib.lazymlir_threads_bind(None, None, ctypes.cast(TID, ctypes.c_void_p),
-                          ctypes.cast(NUM, ctypes.c_void_p))
+                          ctypes.cast(NUM, ctypes.c_void_p), None)
 out = []
 i32, u32, i64, u64 = ctypes.c_int32, ctypes.c_uint32, ctypes.c_int64, ctypes.c_uint64
 for suffix, T, ST in (("4", i32, i32), ("4u", u32, i32), ("8", i64, i64), ("8u", u64, i64)):
@@ -93,6 +96,138 @@ def test_static_schedule_gives_each_thread_one_block_covering_every_iteration(tm
                 assert trips // n <= count <= trips // n + 1
         assert sorted(covered) == list(range(start, start + trips)), (suffix, n, trips, start)
         assert lasts == (1 if trips else 0)
+
+
+# A fork from the main thread runs on PyTorch's team; a fork from inside an OpenMP region
+# (each thread of an outer team, as a graph run from a PyTorch intra-op thread) runs on
+# that thread alone: thread 0 of a team of one, every iteration, no new threads.
+_NESTED = """
+import ctypes, json, os, sys, threading
+# PyTorch's libgomp, bound as targets/cpu_threads.py binds it (no torch import: fast)
+gomp = ctypes.CDLL(sys.argv[2], mode=ctypes.RTLD_GLOBAL)
+gomp.omp_set_num_threads(2)
+lib = ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)
+lib.lazymlir_threads_bind(*[ctypes.cast(getattr(gomp, name), ctypes.c_void_p) for name in (
+    "GOMP_parallel", "GOMP_barrier", "omp_get_thread_num", "omp_get_num_threads",
+    "omp_in_parallel")])
+lib.lazymlir_threads_inline_forks.restype = ctypes.c_uint64
+i32 = ctypes.c_int32
+TASK = ctypes.CFUNCTYPE(None, ctypes.POINTER(i32), ctypes.POINTER(i32))
+init = lib.__kmpc_for_static_init_4
+init.argtypes = [ctypes.c_void_p, i32, i32, ctypes.POINTER(i32), ctypes.POINTER(i32),
+                 ctypes.POINTER(i32), ctypes.POINTER(i32), i32, i32]
+fork = lib.__kmpc_fork_call
+fork.argtypes = [ctypes.c_void_p, i32, TASK]
+lock, seen = threading.Lock(), []
+def task(gtid, btid):
+    last, lo, hi, stride = i32(0), i32(0), i32(9), i32(0)
+    init(None, gtid[0], 34, ctypes.byref(last), ctypes.byref(lo), ctypes.byref(hi),
+         ctypes.byref(stride), 1, 0)
+    with lock:
+        seen.append([gomp.omp_get_thread_num(), gtid[0], lib.__kmpc_global_thread_num(None),
+                     lo.value, hi.value])
+    lib.__kmpc_barrier(None, gtid[0])
+task_c = TASK(task)
+fork(None, 0, task_c)
+top = sorted(seen)
+seen.clear()
+tasks_before = len(os.listdir("/proc/self/task"))
+OUTER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(lambda data: fork(None, 0, task_c))
+gomp.GOMP_parallel(OUTER, None, 2, 0)
+print(json.dumps({"top": top, "nested": sorted(seen), "inline": lib.lazymlir_threads_inline_forks(),
+                  "new_threads": len(os.listdir("/proc/self/task")) - tasks_before}))
+"""
+
+
+def test_a_fork_inside_an_openmp_region_runs_on_the_calling_thread_alone():
+    # OMP_NESTED=true: libgomp would start a nested team of two in each outer thread
+    # (four threads at work on two cores); the library must not.
+    library = session.runtime_library(cpu_threads.build)  # built once per machine
+    gomp = cpu_threads.loaded_libgomp()
+    if gomp is None:
+        pytest.skip("this PyTorch does not run on GNU OpenMP")
+    done = _child(_NESTED, str(library), gomp, env={"OMP_NESTED": "true"})
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    # top level: two threads, one block of the 10 iterations each
+    assert [row[1:] for row in got["top"]] == [[0, 0, 0, 4], [1, 1, 5, 9]]
+    # nested: each outer thread ran the region once, as thread 0 of 1, all 10 iterations
+    assert [row[1:] for row in got["nested"]] == [[0, 0, 0, 9], [0, 0, 0, 9]]
+    assert got["inline"] == 2 and got["new_threads"] == 0
+
+
+# A stand-in for GOMP_parallel runs the team's two threads one after the other: the
+# other thread first (on time), or `delay` seconds after the caller's share (a thread
+# that waited for a core): the forks after a late
+# one run alone (the stand-in is not called) and still cover every iteration; once the
+# window is over, one fork tries the team again, and a team on time keeps it.
+_LATE = """
+import ctypes, json, sys, time
+lib = ctypes.CDLL(sys.argv[1])
+state = {"tid": 0, "n": 2, "delay": 0.0, "teams": 0}
+TID = ctypes.CFUNCTYPE(ctypes.c_int)(lambda: state["tid"])
+NUM = ctypes.CFUNCTYPE(ctypes.c_int)(lambda: state["n"])
+REGION = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+def parallel(fn, data, n, flags):
+    state["teams"] += 1
+    region = REGION(fn)
+    # on time: the other thread is done when the caller reaches the end
+    order = (0, 1) if state["delay"] else (1, 0)
+    for tid in order:
+        state["tid"] = tid
+        region(data)
+        if tid == 0 and state["delay"]:
+            time.sleep(state["delay"])
+    state["tid"] = 0
+PARALLEL = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint)(
+    parallel)
+lib.lazymlir_threads_bind(ctypes.cast(PARALLEL, ctypes.c_void_p), None,
+                          ctypes.cast(TID, ctypes.c_void_p), ctypes.cast(NUM, ctypes.c_void_p),
+                          None)
+# late after 50 ms of waiting, alone for 300 ms then: far beyond a busy machine's hiccups
+lib.lazymlir_threads_tune(ctypes.c_uint64(50_000_000), ctypes.c_uint64(300_000_000),
+                          ctypes.c_uint64(10**9))
+for name in ("forks", "late_forks", "alone_forks"):
+    getattr(lib, "lazymlir_threads_" + name).restype = ctypes.c_uint64
+i32 = ctypes.c_int32
+TASK = ctypes.CFUNCTYPE(None, ctypes.POINTER(i32), ctypes.POINTER(i32))
+init = lib.__kmpc_for_static_init_4
+init.argtypes = [ctypes.c_void_p, i32, i32, ctypes.POINTER(i32), ctypes.POINTER(i32),
+                 ctypes.POINTER(i32), ctypes.POINTER(i32), i32, i32]
+fork = lib.__kmpc_fork_call
+fork.argtypes = [ctypes.c_void_p, i32, TASK]
+done = []
+def task(gtid, btid):
+    last, lo, hi, stride = i32(0), i32(0), i32(9), i32(0)
+    init(None, gtid[0], 34, ctypes.byref(last), ctypes.byref(lo), ctypes.byref(hi),
+         ctypes.byref(stride), 1, 0)
+    done.extend(range(lo.value, hi.value + 1))
+    lib.__kmpc_barrier(None, gtid[0])
+task_c = TASK(task)
+out = []
+def step(delay):
+    state["delay"] = delay
+    teams = state["teams"]
+    done.clear()
+    fork(None, 0, task_c)
+    out.append([state["teams"] - teams, sorted(done) == list(range(10)),
+                lib.lazymlir_threads_late_forks(), lib.lazymlir_threads_alone_forks()])
+step(0.0)      # on time: the team
+step(0.1)      # late: the team, then...
+step(0.0)      # ...alone, within the window
+time.sleep(0.35)
+step(0.0)      # the window is over: the team again, on time
+step(0.0)      # and it stays
+print(json.dumps(out))
+"""
+
+
+def test_forks_after_a_late_team_run_alone_until_the_window_ends():
+    done = _child(_LATE, str(session.runtime_library(cpu_threads.build)))
+    assert done.returncode == 0, done.stderr
+    # [teams started, every iteration ran once, late forks, forks run alone]
+    assert json.loads(done.stdout) == [[1, True, 0, 0], [1, True, 1, 0], [0, True, 1, 1],
+                                       [1, True, 1, 1], [1, True, 1, 1]]
 
 
 def test_graph_with_parallel_loop_forks_onto_torch_threads_and_matches_eager():

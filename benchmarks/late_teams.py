@@ -1,0 +1,124 @@
+"""The late-team policy of compiled CPU loops, on and off, next to eager, in one process.
+
+    PYTHONPATH=. python -m benchmarks.late_teams [--only mlp,gpt] [--calls 30]
+
+targets/cpu_threads.py runs a parallel loop on the calling thread alone for a while
+after a fork whose team was late (a thread of PyTorch's OpenMP team waited for a
+core: a machine busier than its cores). Here the lazy training step runs with the
+policy (`on`), without it (`off`: a late floor no wait reaches, so every fork goes
+to the team, as before the policy), and eagerly, alternating call by call in one
+process; medians, and the median of per-round ratios to eager. On a quiet machine
+the two lazy columns should match (no fork is late); the policy pays off only
+under load, so the load average is part of the result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import statistics
+import time
+
+import torch
+
+from . import models
+from .results_dir import result_path
+from .run import _mlp, _mse, _train_step
+
+U64 = ctypes.c_uint64
+# targets/cpu_threads.py's limits: late floor, first and longest alone windows (ns).
+POLICY = {"on": (200_000, 10_000_000, 1_000_000_000), "off": (1 << 62, 10_000_000,
+                                                              1_000_000_000)}
+
+
+def _workload(key: str):
+    if key == "mlp":
+        generator = torch.Generator().manual_seed(1)
+        x, y = torch.randn(64, 256, generator=generator), torch.randn(64, 256, generator=generator)
+        return (lambda: _mlp(0)), (lambda p: torch.optim.SGD(p, lr=0.01)), _mse, x, y
+    config = models.GPTConfig()
+    idx, targets = models.gpt_batch(config, models.BENCH_BATCH, torch.Generator().manual_seed(1))
+    return (lambda: models.gpt(config, 0)), (lambda p: torch.optim.AdamW(p, lr=1e-3)), \
+        models.gpt_loss, idx, targets
+
+
+def measure(key: str, calls: int) -> dict:
+    import lazymlir
+    from lazymlir.targets import cpu
+
+    make_model, make_opt, loss_fn, x, y = _workload(key)
+    eager_model = make_model()
+    eager_opt = make_opt(eager_model.parameters())
+    lazy_model = make_model().to("lazy_mlir")
+    lazy_opt = make_opt(lazy_model.parameters())
+    xl, yl = x.to("lazy_mlir"), y.to("lazy_mlir")
+
+    def eager():
+        _train_step(eager_model, eager_opt, x, y, loss_fn)
+
+    def lazy():
+        _train_step(lazy_model, lazy_opt, xl, yl, loss_fn)
+        lazymlir.mark_step()
+    for _ in range(3):
+        lazy()
+        eager()
+    lib = cpu.threads_library()
+    before = cpu.threads_stats()
+    times: dict[str, list[float]] = {"on": [], "off": [], "eager": []}
+    try:
+        for _ in range(calls):
+            for name in times:
+                if name != "eager":
+                    lib.lazymlir_threads_tune(*(U64(v) for v in POLICY[name]))
+                began = time.perf_counter()
+                (eager if name == "eager" else lazy)()
+                times[name].append(time.perf_counter() - began)
+    finally:
+        lib.lazymlir_threads_tune(*(U64(v) for v in POLICY["on"]))
+    after = cpu.threads_stats()
+    return {"ms": {k: 1e3 * statistics.median(v) for k, v in times.items()},
+            "ratio": {k: statistics.median(a / e for a, e in zip(times[k], times["eager"]))
+                      for k in ("on", "off")},
+            "late": after["late_forks"] - before["late_forks"],
+            "alone": after["alone_forks"] - before["alone_forks"],
+            "forks": after["forks"] - before["forks"]}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="mlp,gpt")
+    parser.add_argument("--calls", type=int, default=30)
+    parser.add_argument("--label", default=None)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("LAZYMLIR_TARGET", "cpu")
+    load = [os.getloadavg()]
+    lines = ["| workload | lazy, policy on ms | lazy, policy off ms | eager ms | on/eager | "
+             "off/eager | forks | late | run alone |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for key in args.only.split(","):
+        r = measure(key, args.calls)
+        lines.append(f"| {key} train step | {r['ms']['on']:.2f} | {r['ms']['off']:.2f} | "
+                     f"{r['ms']['eager']:.2f} | {r['ratio']['on']:.2f} | {r['ratio']['off']:.2f} "
+                     f"| {r['forks']} | {r['late']} | {r['alone']} |")
+        print(lines[-1], flush=True)
+    load.append(os.getloadavg())
+    text = "\n".join([
+        f"# Late-team policy on/off ({args.label or 'unlabeled'})", "",
+        f"    PYTHONPATH=. python -m benchmarks.late_teams --only {args.only} --calls {args.calls}",
+        "", f"torch {torch.__version__}, {torch.get_num_threads()} threads; load average (1, 5, "
+        f"15 min) {', '.join(f'{v:.1f}' for v in load[0])} before, "
+        f"{', '.join(f'{v:.1f}' for v in load[1])} after, on a 2-core machine shared with "
+        f"other jobs. {args.calls} rounds of (lazy on, lazy off, eager), one call each, every "
+        "call timed; medians; ratios are medians of per-round ratios.", "", *lines])
+    if args.label:
+        out = result_path(f"{args.label}.md")
+        out.write_text(text + "\n")
+        print(f"wrote {out}")
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
