@@ -40,7 +40,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from . import session, targets
 from .execution import executor
-from .lowering.front import decompositions, fx_graph
+from .lowering.front import as_strided, decompositions, fx_graph
 
 
 class UnsupportedGraphError(NotImplementedError):
@@ -62,6 +62,8 @@ def to_fx_stage(gm: torch.fx.GraphModule) -> tuple[dict, list, list]:
     where `gm` returns its input i itself, or to None where `gm` returns None
     (AOTAutograd does for gradients nobody asked for).
     """
+    # The fx-stage form keeps no storage: as_strided must address its root first.
+    as_strided.address_storage_roots(gm)
     inputs: list[dict] = []
     constants: list[torch.Tensor] = []
     nodes: list[dict] = []

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from ..support.errors import UnsupportedOperationError
-from . import decompose, device_rules, rnn
+from . import decompose, device_rules, rnn, storage
 from .host_data import constant
 from .materialize import to_cpu
 from .recording import record
@@ -32,7 +32,8 @@ def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None,
         out = out.to(dtype=dtype or out.dtype)
         return out.to(device) if torch.device(device).type != "cpu" else out
     if dtype is None or dtype == self.dtype:
-        out = LazyTensor(self._lazy)  # values are immutable: sharing is a copy
+        # Values are immutable: sharing is a copy (a new memory format is recorded).
+        out = storage.with_memory_format(self, memory_format)
     else:
         out = record(aten._to_copy.default, (self,), {"dtype": dtype})
     # Functionalization wraps `_to_copy` results only for devices it knows as
@@ -59,7 +60,7 @@ def _identity(self, *args, **kwargs):
 
 
 def _clone(self, memory_format=None):
-    return LazyTensor(self._lazy)
+    return storage.with_memory_format(self, memory_format)
 
 
 def _local_scalar_dense(self):
@@ -156,6 +157,7 @@ SPECIAL = {
     aten.lift_fresh.default: _identity,
     aten.clone.default: _clone,
     aten.unbind_copy.int: _unbind,
+    aten.as_strided_copy.default: storage.as_strided,
     aten._local_scalar_dense.default: _local_scalar_dense,
     aten.real.default: _itself_if_real(aten.real.default),
     aten.conj_physical.default: _itself_if_real(aten.conj_physical.default),

@@ -1039,13 +1039,6 @@ ERROR: dict[str, set[str]] = {
         'to_sparse:float32',
         'to_sparse:int64',
     },
-    'ValueError: aten.as_strided.default indexes outside the base tensor': {
-        'as_strided/partial_views:bfloat16',
-        'as_strided/partial_views:bool',
-        'as_strided/partial_views:float16',
-        'as_strided/partial_views:float32',
-        'as_strided/partial_views:int64',
-    },
     'RuntimeError: !value_.key_set().has(c10::DispatchKey::Functionalize) INTERNAL ASSERT FAILED at "/__w/pytorch/pytorch/aten/src/ATen/FunctionalTensorWrapper.cpp":': {
         '_batch_norm_with_update:bfloat16',
         '_batch_norm_with_update:float16',
