@@ -8,6 +8,8 @@ PyTorch's functionalization before it reaches the tracer.
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from . import device_guard, dlpack, module_moves
@@ -143,6 +145,17 @@ def _arange(end, dtype=None, layout=None, device=None, pin_memory=None):
 
 def _arange_start(start, end, dtype=None, layout=None, device=None, pin_memory=None):
     return _arange_start_step(start, end, 1, dtype=dtype)
+
+
+def _arange_out(start, end, step=1, *, out):
+    """arange(..., out=) under functionalization, as eager's: `out` keeps its shape when
+    its element count is the result's (functionalization's own kernel gave `out` the
+    result's 1-d shape)."""
+    result = torch.arange(start, end, step, dtype=out.dtype, device=out.device)
+    if result.numel() != out.numel():
+        out.resize_(result.shape)
+    out.copy_(result.view(out.shape))
+    return out
 
 
 def _eye_m(n, m, dtype=None, layout=None, device=None, pin_memory=None):
@@ -297,6 +310,11 @@ def register() -> None:
     # empty + arange.start_out (an out= op below functionalization).
     _library.impl("arange", _arange, "PrivateUse1")
     _library.impl("arange.start", _arange_start, "PrivateUse1")
+    with warnings.catch_warnings():  # replacing PyTorch's kernel is the point
+        warnings.filterwarnings("ignore", "Warning only once for all operators")
+        _library.impl("arange.start_out", _arange_out, "Functionalize")
+        _library.impl("arange.out", lambda end, *, out: _arange_out(0, end, out=out),
+                      "Functionalize")
     # Without these, eye reaches the tracer as empty + eye.m_out (an out= op that
     # resizes its (0,)-shaped output below functionalization).
     _library.impl("eye", _eye, "PrivateUse1")
@@ -309,3 +327,4 @@ def register() -> None:
     _install_serialization()
     dlpack.install()
     _registered = True
+    device_guard.check_autograd_queues(NAME)

@@ -19,7 +19,7 @@ from .host_data import constant
 from .materialize import to_cpu
 from .recording import record
 from .trace_state import depth, state
-from .values import LazyTensor
+from .values import TORCH_DEVICE, LazyTensor
 
 aten = torch.ops.aten
 
@@ -61,6 +61,16 @@ def _identity(self, *args, **kwargs):
 
 def _clone(self, memory_format=None):
     return storage.with_memory_format(self, memory_format)
+
+
+def _space(op):
+    """linspace/logspace with tensor ends: eager reads the 0-d ends as numbers (a sync
+    here); the result is made on the lazy device (decomposing the tensor overload
+    made its steps on the CPU)."""
+    def route(start, end, steps, *args, **kwargs):
+        start, end = (v.item() if isinstance(v, torch.Tensor) else v for v in (start, end))
+        return op(start, end, steps, *args, **{**kwargs, "device": TORCH_DEVICE})
+    return route
 
 
 def _local_scalar_dense(self):
@@ -158,6 +168,9 @@ SPECIAL = {
     aten.clone.default: _clone,
     aten.unbind_copy.int: _unbind,
     aten.as_strided_copy.default: storage.as_strided,
+    **{getattr(getattr(aten, name), overload): _space(getattr(aten, name).default)
+       for name in ("linspace", "logspace")
+       for overload in ("Tensor_Tensor", "Tensor_Scalar", "Scalar_Tensor")},
     aten._local_scalar_dense.default: _local_scalar_dense,
     aten.real.default: _itself_if_real(aten.real.default),
     aten.conj_physical.default: _itself_if_real(aten.conj_physical.default),

@@ -305,6 +305,11 @@ FALLBACK: dict[str, set[str]] = {
         'nn.functional.upsample_bilinear:float32',
     },
     'falls back: aten::_to_copy': {
+        'cdouble:bfloat16',
+        'cdouble:bool',
+        'cdouble:float16',
+        'cdouble:float32',
+        'cdouble:int64',
         'cfloat:bfloat16',
         'cfloat:bool',
         'cfloat:float16',
@@ -1003,20 +1008,6 @@ ERROR: dict[str, set[str]] = {
         'cov:float16',
         'cov:float32',
         'cov:int64',
-    },
-    'KeyError: torch.complex128': {
-        'cdouble:bfloat16',
-        'cdouble:bool',
-        'cdouble:float16',
-        'cdouble:float32',
-        'cdouble:int64',
-    },
-    "RuntimeError: tensor_split expected tensor_indices_or_sections to be on cpu, but it's on lazy_mlir:0": {
-        'tensor_split:bfloat16',
-        'tensor_split:bool',
-        'tensor_split:float16',
-        'tensor_split:float32',
-        'tensor_split:int64',
     },
     'TypeError: lazy_mlir does not support dtype torch.complex32 (aten._to_copy.default); supported: bfloat16, bool, complex128, complex64, float16, float32, float64': {
         'chalf:bfloat16',

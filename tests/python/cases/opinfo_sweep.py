@@ -153,6 +153,9 @@ def _samples(op, dtype: str):
 # goes to the device with its whole storage, viewed as on the CPU (as a sample made on
 # the device would be; `.to` would copy only the view's elements).
 STORAGE_OPS = {"as_strided"}
+# Ops whose tensor arguments after the input must be host tensors (eager on any device
+# requires the indices of tensor_split on the CPU): they stay there.
+HOST_ARGUMENT_OPS = {"tensor_split"}
 
 
 def _storage_view_to_lazy(x):
@@ -168,7 +171,9 @@ def _call(op, s, lazy: bool):
     inp, args, kwargs = s.input, s.args, s.kwargs
     if lazy:
         inp = (_storage_view_to_lazy if op.name in STORAGE_OPS else _to_lazy)(inp)
-        args, kwargs = _map(args, _to_lazy), _lazy_kwargs(kwargs)
+        if op.name not in HOST_ARGUMENT_OPS:
+            args = _map(args, _to_lazy)
+        kwargs = _lazy_kwargs(kwargs)
     torch.manual_seed(0)
     return op(inp, *args, **kwargs)
 
