@@ -1,6 +1,7 @@
 """Tracing-side cases that gave wrong answers or raised where eager works: `out=` of
 arange into a view, linspace/logspace with tensor ends, complex128 casts, tensor_split
-with a tensor of indices, and a CPU backward run before lazymlir was imported."""
+with a tensor of indices, a CPU backward run before lazymlir was imported, prims view
+ops, and one_hot's range check under torch.compile."""
 
 from __future__ import annotations
 
@@ -8,8 +9,11 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 import torch
 from conftest import DEVICE, assert_same, compare_with_eager
+
+import lazymlir.dynamo  # noqa: F401  registers backend="lazymlir" in a source checkout
 
 
 def test_arange_out_keeps_the_shape_of_out(no_fallback):
@@ -70,3 +74,33 @@ def test_backward_after_a_cpu_backward_before_import(tmp_path):
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0 and done.stdout.strip().endswith("OK"), done.stderr[-3000:]
+
+
+def _prims_views(x):
+    p = torch.ops.prims
+    return [p.squeeze(x, [1]) * 2, p.view_of(x) + 1, p.split_dim(x, 0, 2) - 1,
+            p.collapse_view(x, 0, 2) * 3]
+
+
+def test_prims_view_ops_lazy_and_compiled(no_fallback):
+    x = torch.randn(4, 1, 3)
+    expected = _prims_views(x)
+    assert_same([t.cpu() for t in _prims_views(x.to(DEVICE))], expected)
+    torch._dynamo.reset()
+    try:
+        assert_same(torch.compile(_prims_views, backend="lazymlir", dynamic=False)(x), expected)
+    finally:
+        torch._dynamo.reset()
+
+
+def test_one_hot_compiled_checks_its_range(no_fallback):
+    torch._dynamo.reset()
+    try:
+        one_hot = torch.compile(lambda x: torch.nn.functional.one_hot(x, 5),
+                                backend="lazymlir", dynamic=False)
+        x = torch.tensor([0, 3, 1, 4])
+        assert_same(one_hot(x), torch.nn.functional.one_hot(x, 5))
+        with pytest.raises(RuntimeError, match="smaller than num_classes"):
+            one_hot(torch.tensor([0, 7, 1, 2]))
+    finally:
+        torch._dynamo.reset()
