@@ -8,6 +8,8 @@ PyTorch's functionalization before it reaches the tracer.
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from . import autocast, device_guard, dlpack, module_moves, session, streams
@@ -19,6 +21,7 @@ from .tracing.values import LazyTensor, LazyValue, Node, meta_like
 NAME = "lazy_mlir"
 _registered = False
 _library = None  # the torch.library.Library holding our kernels; must stay alive
+_libraries: list = []  # other torch.library.Library objects of ours, kept alive too
 
 
 class _DeviceModule:
@@ -156,6 +159,31 @@ def _arange(end, dtype=None, layout=None, device=None, pin_memory=None):
 
 def _arange_start(start, end, dtype=None, layout=None, device=None, pin_memory=None):
     return _arange_start_step(start, end, 1, dtype=dtype)
+
+
+def _arange_out(start, end, step=1, *, out):
+    """arange(..., out=) under functionalization, as eager's: `out` keeps its shape when
+    its element count is the result's (functionalization's own kernel gave `out` the
+    result's 1-d shape)."""
+    result = torch.arange(start, end, step, dtype=out.dtype, device=out.device)
+    if result.numel() != out.numel():
+        out.resize_(result.shape)
+    out.copy_(result.view(out.shape))
+    return out
+
+
+# prims view ops as the ATen views they are: functionalization takes no custom op whose
+# output aliases its input ("Found a custom (non-ATen) operator whose output has alias
+# annotations"), and prims are such ops to it.
+_PRIMS_VIEWS = {
+    "squeeze": lambda a, dimensions: torch.ops.aten.squeeze.dims(a, list(dimensions)),
+    "view_of": lambda a: torch.ops.aten.alias.default(a),
+    "split_dim": lambda a, dim, outer_length: torch.ops.aten.view.default(
+        a, [*a.shape[:dim], outer_length, a.shape[dim] // outer_length, *a.shape[dim + 1:]]),
+    "collapse_view": lambda a, start, end: torch.ops.aten.view.default(
+        a, [*a.shape[:start], -1, *a.shape[end + 1:]]),  # end is inclusive
+    "transpose": lambda a, permutation: torch.ops.aten.permute.default(a, list(permutation)),
+}
 
 
 def _eye_m(n, m, dtype=None, layout=None, device=None, pin_memory=None):
@@ -310,8 +338,17 @@ def register() -> None:
     # empty + arange.start_out (an out= op below functionalization).
     _library.impl("arange", _arange, "PrivateUse1")
     _library.impl("arange.start", _arange_start, "PrivateUse1")
+    with warnings.catch_warnings():  # replacing PyTorch's kernel is the point
+        warnings.filterwarnings("ignore", "Warning only once for all operators")
+        _library.impl("arange.start_out", _arange_out, "Functionalize")
+        _library.impl("arange.out", lambda end, *, out: _arange_out(0, end, out=out),
+                      "Functionalize")
     # Without these, eye reaches the tracer as empty + eye.m_out (an out= op that
     # resizes its (0,)-shaped output below functionalization).
+    _prims_library = torch.library.Library("prims", "IMPL")
+    for name, view in _PRIMS_VIEWS.items():
+        _prims_library.impl(name, view, "Functionalize")
+    _libraries.append(_prims_library)
     _library.impl("eye", _eye, "PrivateUse1")
     _library.impl("eye.m", _eye_m, "PrivateUse1")
     _library.impl("_copy_from", _copy_from, "PrivateUse1")
@@ -323,3 +360,4 @@ def register() -> None:
     _install_serialization()
     dlpack.install()
     _registered = True
+    device_guard.check_autograd_queues(NAME)

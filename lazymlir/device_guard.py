@@ -115,3 +115,32 @@ def install() -> bool:
                     "build: %s. Install a C++ compiler (g++) to fix this.",
                     str(error).splitlines()[0][:300])
         return False
+
+
+def check_autograd_queues(device: str) -> None:
+    """Backward for `device` must find a ready queue in the autograd engine.
+
+    The engine makes one queue per index of each non-CPU device once, at the first
+    backward of the process; a CPU backward before the device was registered left
+    none for it, and a later backward on it failed PyTorch's internal assert
+    `device.index() < device_ready_queues_.size()`. A probe backward here starts the
+    engine (with our device counted) if it has not started; if it started without
+    our device, backward runs on the calling thread from then on (PyTorch's
+    `set_multithreading_enabled(False)`: the CPU ready queue), which needs no queue
+    of ours.
+    """
+    leaf = torch.zeros((), device=device, requires_grad=True)
+    try:
+        torch.autograd.grad(leaf * 1, leaf)
+    except RuntimeError as error:
+        if "device_ready_queues_" not in str(error):
+            raise
+        log.info("the autograd engine started before %s was registered: backward "
+                 "runs on the calling thread", device)
+        original = torch.autograd._engine_run_backward
+
+        def run_backward_on_calling_thread(*args, **kwargs):
+            with torch.autograd.set_multithreading_enabled(False):
+                return original(*args, **kwargs)
+
+        torch.autograd._engine_run_backward = run_backward_on_calling_thread

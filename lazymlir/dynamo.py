@@ -41,7 +41,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from . import dynamo_random, session, targets
 from .distributed import compiled as compiled_collectives
 from .execution import executor
-from .lowering.front import decompositions, fx_graph
+from .lowering.front import as_strided, decompositions, fx_graph
 
 
 class UnsupportedGraphError(NotImplementedError):
@@ -63,6 +63,8 @@ def to_fx_stage(gm: torch.fx.GraphModule) -> tuple[dict, list, list]:
     where `gm` returns its input i itself, or to None where `gm` returns None
     (AOTAutograd does for gradients nobody asked for).
     """
+    # The fx-stage form keeps no storage: as_strided must address its root first.
+    as_strided.address_storage_roots(gm)
     inputs: list[dict] = []
     constants: list[torch.Tensor] = []
     nodes: list[dict] = []
@@ -82,6 +84,7 @@ def to_fx_stage(gm: torch.fx.GraphModule) -> tuple[dict, list, list]:
     layout: list[int | None] = []
     updates: dict[int, object] = {}  # input index -> its new value (a copy_ into it)
     updates_of: set[torch.fx.Node] = set()  # the placeholders updated so far
+    checks: list = []  # (condition, message) of each runtime assertion
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for node in placeholders:
         refs[node] = ["input", len(inputs), 0]
@@ -107,6 +110,11 @@ def to_fx_stage(gm: torch.fx.GraphModule) -> tuple[dict, list, list]:
                         value.meta["val"].dtype != target.meta["val"].dtype:
                     raise UnsupportedGraphError(f"the result of '{node.name}' is used")
                 refs[node] = refs[value]
+        elif node.op == "call_function" and node.target in _ASSERTS:
+            # A runtime check (one_hot's index range): its condition becomes an output
+            # that run() reads, raising the message as eager would.
+            checks.append((encode(node.args[0]), node.args[1] if len(node.args) > 1
+                           else "assertion failed"))
         elif node.op == "call_function" and node.target is operator.getitem:
             source = refs[node.args[0]]
             refs[node] = ["node", source[1], node.args[1]]
@@ -136,12 +144,29 @@ def to_fx_stage(gm: torch.fx.GraphModule) -> tuple[dict, list, list]:
                     outputs.append(encode(value))
     graph = {"format": fx_graph.FORMAT, "version": fx_graph.VERSION, "inputs": inputs,
              "scalars": [], "nodes": nodes, "outputs": outputs}
+    if checks:  # after the outputs `layout` maps: [output index, message]
+        graph["checks"] = []
+        for condition, message in checks:
+            graph["checks"].append([len(outputs), message])
+            outputs.append(condition)
     if updates:  # after the outputs `layout` maps
         graph["in_place"] = []
         for input_index, value in updates.items():
             graph["in_place"].append([input_index, len(outputs)])
             outputs.append(value)
     return graph, constants, layout
+
+
+_ASSERTS = (torch.ops.aten._assert_async.msg, torch.ops.aten._assert_async.default)
+
+
+def _check_assertions(checks, outs, target, metas) -> None:
+    for index, message in checks:
+        value = outs[index]
+        if not isinstance(value, torch.Tensor):  # target data (device memory)
+            value = target.give_back(value, metas[index], None)
+        if not bool(value.cpu()):
+            raise RuntimeError(message)
 
 
 class Passed(int):
@@ -198,6 +223,7 @@ def _compile_real(gm: torch.fx.GraphModule, example_inputs, eager_while_compilin
     as_is = target.plain_cpu_tensors
 
     in_place = graph.get("in_place", ())
+    checks = graph.get("checks", ())
     passed_inputs = sorted({i for i in layout if type(i) is Passed})
     first_run = True
 
@@ -223,6 +249,8 @@ def _compile_real(gm: torch.fx.GraphModule, example_inputs, eager_while_compilin
         # (a graph whose outputs are all its inputs computes nothing: AOTAutograd
         # drops nodes nobody reads)
         outs = executor.execute(graph, inputs, [], key=key) if computes else []
+        if checks:
+            _check_assertions(checks, outs, target, metas)
         if in_place:
             _update_inputs(target, in_place, updated, outs, metas)
         # (the in-place updates, after the outputs AOTAutograd takes, are not given back)

@@ -235,6 +235,14 @@ class CompileWorker:
                     raise body  # an exception object pickled by the worker
             except (BrokenPipeError, OSError):
                 pass
+            except BaseException:
+                # Ctrl-C (or any error) while waiting: the reply still to come would be
+                # read as the next request's, so this worker goes and the next request
+                # starts a fresh one.
+                process.kill()
+                process.wait()
+                self._process = None
+                raise
             if self._abandoned:
                 raise RuntimeError("lazymlir: this compile was abandoned: the session closed")
             # The worker died: collect its exit status and the tail of its log.

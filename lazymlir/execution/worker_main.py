@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 
 from . import compiler
@@ -85,6 +86,10 @@ def _warm_up() -> None:
 
 
 def main() -> None:
+    # Ctrl-C in the terminal reaches the whole process group: it is the user's program's
+    # to handle (the client kills this worker); here it would become a
+    # KeyboardInterrupt reply, read later as some compile's result.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     niceness = int(os.environ.pop(NICENESS_VARIABLE, "0"))
     if niceness:  # a background worker (worker_pool.py); its opt and llc inherit it
         os.nice(niceness)

@@ -3,9 +3,10 @@
 The artifact folder holds `executable.so` (built by lowering/cpu/codegen.py
 through mlir-translate + llc + cc, not MLIR's ExecutionEngine, which
 miscompiled here: docs/known-issues.md). Its entry
-`_mlir_ciface_main(inputs..., outputs...)` takes one memref descriptor pointer
-per argument (results became out-parameters), so the runtime owns every
-buffer: it allocates the outputs as CPU tensors.
+`_mlir_ciface_main(void **buffers)` takes one array of memref descriptor pointers,
+inputs then outputs (results became out-parameters; one packed argument, so a
+graph's arity has no limit: ctypes calls take at most 1024 arguments), and the
+runtime owns every buffer: it allocates the outputs as CPU tensors.
 """
 
 from __future__ import annotations
@@ -158,6 +159,7 @@ class CpuExecutable(Executable):
         self._lib = ctypes.CDLL(str(self.so_path))
         self._entry = self._lib._mlir_ciface_main
         self._entry.restype = None
+        self._entry.argtypes = [ctypes.c_void_p]
         # Per calling thread: the argument descriptors of the last call, reused when the
         # shapes repeat (a graph's shapes are static: only the data pointers change).
         # Building them afresh cost ~2 us per argument, 30 us of an MLP step's 3 graphs.
@@ -174,7 +176,9 @@ class CpuExecutable(Executable):
         if frame is None or len(frame[0]) != len(dense) + len(outputs):
             descriptors = [_descriptor(t, i in written) for i, t in enumerate(dense)] + \
                 [_descriptor(t, True) for t in outputs]
-            frame = (descriptors, [ctypes.pointer(d) for d in descriptors])
+            pointers = (ctypes.c_void_p * max(len(descriptors), 1))(
+                *[ctypes.addressof(d) for d in descriptors])
+            frame = (descriptors, pointers)
             self._frames.frame = frame
         else:
             descriptors = frame[0]
@@ -184,7 +188,7 @@ class CpuExecutable(Executable):
                 desc.allocated = desc.aligned = t.data_ptr()
             for i in written:  # data_ptr(): a copy-on-write input gets its own memory first
                 descriptors[i].allocated = descriptors[i].aligned = dense[i].data_ptr()
-        self._entry(*frame[1])
+        self._entry(ctypes.addressof(frame[1]))
         if not self.in_place:
             return outputs
         # An updated input's output is the buffer written: the input itself, or the dense

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from .. import targets
-from . import device_rules
+from . import device_rules, layouts
 from .materialize import to_cpu
 from .trace_state import state
 from .values import LazyTensor, LazyValue, meta_like
@@ -22,9 +22,13 @@ def constant(cpu: torch.Tensor) -> LazyTensor:
     """A materialized lazy value holding a copy of `cpu`."""
     state.impure += 1
     device_rules.check_supported(cpu.dtype, cpu.layout, "copy to lazy_mlir")
-    cpu = cpu.detach().to("cpu").contiguous()
-    return LazyTensor(LazyValue(meta_like(cpu.shape, cpu.dtype),
-                                data=targets.active().upload(cpu)))
+    cpu = cpu.detach().to("cpu")
+    strides = layouts.dense_strides(cpu)  # a channels_last tensor stays one for as_strided
+    cpu = cpu.contiguous()
+    value = LazyValue(meta_like(cpu.shape, cpu.dtype), data=targets.active().upload(cpu))
+    if strides is not None:
+        layouts.set_layout(value, strides)
+    return LazyTensor(value)
 
 
 def adopt(data, shape, dtype: torch.dtype, what: str) -> LazyTensor:

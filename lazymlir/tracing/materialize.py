@@ -38,7 +38,9 @@ def materialize(values: list[LazyValue]) -> None:
             # instead of raising the same error again for as long as they live.
             graph, inputs, scalars = build_graph(pending, frozenset(current.static_scalar_ops))
             outputs = executor.execute(graph, [v.data for v in inputs], scalars)
-        except BaseException as error:
+        # Not BaseException: an interrupt (Ctrl-C) leaves the values pending, so the next
+        # read compiles them again instead of raising the KeyboardInterrupt once more.
+        except Exception as error:
             for value in pending + _sharing_the_failed_op(pending, error):
                 value.failed(error)
             raise

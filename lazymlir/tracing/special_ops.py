@@ -14,12 +14,12 @@ from __future__ import annotations
 import torch
 
 from ..support.errors import UnsupportedOperationError
-from . import decompose, device_rules, rnn
+from . import decompose, device_rules, rnn, storage
 from .host_data import constant
 from .materialize import to_cpu
 from .recording import record
 from .trace_state import depth, state
-from .values import LazyTensor
+from .values import TORCH_DEVICE, LazyTensor
 
 aten = torch.ops.aten
 
@@ -32,7 +32,8 @@ def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None,
         out = out.to(dtype=dtype or out.dtype)
         return out.to(device) if torch.device(device).type != "cpu" else out
     if dtype is None or dtype == self.dtype:
-        out = LazyTensor(self._lazy)  # values are immutable: sharing is a copy
+        # Values are immutable: sharing is a copy (a new memory format is recorded).
+        out = storage.with_memory_format(self, memory_format)
     else:
         out = record(aten._to_copy.default, (self,), {"dtype": dtype})
     # Functionalization wraps `_to_copy` results only for devices it knows as
@@ -59,7 +60,17 @@ def _identity(self, *args, **kwargs):
 
 
 def _clone(self, memory_format=None):
-    return LazyTensor(self._lazy)
+    return storage.with_memory_format(self, memory_format)
+
+
+def _space(op):
+    """linspace/logspace with tensor ends: eager reads the 0-d ends as numbers (a sync
+    here); the result is made on the lazy device (decomposing the tensor overload
+    made its steps on the CPU)."""
+    def route(start, end, steps, *args, **kwargs):
+        start, end = (v.item() if isinstance(v, torch.Tensor) else v for v in (start, end))
+        return op(start, end, steps, *args, **{**kwargs, "device": TORCH_DEVICE})
+    return route
 
 
 def _local_scalar_dense(self):
@@ -156,6 +167,10 @@ SPECIAL = {
     aten.lift_fresh.default: _identity,
     aten.clone.default: _clone,
     aten.unbind_copy.int: _unbind,
+    aten.as_strided_copy.default: storage.as_strided,
+    **{getattr(getattr(aten, name), overload): _space(getattr(aten, name).default)
+       for name in ("linspace", "logspace")
+       for overload in ("Tensor_Tensor", "Tensor_Scalar", "Scalar_Tensor")},
     aten._local_scalar_dense.default: _local_scalar_dense,
     aten.real.default: _itself_if_real(aten.real.default),
     aten.conj_physical.default: _itself_if_real(aten.conj_physical.default),

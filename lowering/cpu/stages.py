@@ -55,8 +55,8 @@ LLVM_PIPELINE = (
     # only the schedule's reductions create them.
     "convert-vector-to-llvm{reassociate-fp-reductions},convert-ub-to-llvm,"
     "convert-math-to-llvm,convert-math-to-libm,convert-arith-to-llvm,convert-cf-to-llvm,"
-    # The entry gets a C interface (_mlir_ciface_main) that the runtime calls
-    # with one memref descriptor pointer per argument.
+    # The entry gets a C interface (_mlir_ciface_main), which c_interface.py makes
+    # take its memref descriptor pointers packed in one array.
     "convert-func-to-llvm,convert-index-to-llvm,"
     # OpenMP regions (parallel loops) get LLVM types; mlir-translate outlines them.
     "convert-openmp-to-llvm,"

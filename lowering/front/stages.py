@@ -7,6 +7,8 @@ textual, which was verified to round-trip.
 
 from __future__ import annotations
 
+import torch
+
 from . import fx_graph, numerics, tmtensor, unused_results
 from ..bufferize import graph_inputs
 from ..mlir_runner import TORCH_MLIR, print_module, run_pipeline
@@ -31,7 +33,12 @@ LINALG_PIPELINE = (
 
 def import_fx(fx_text: str):
     """fx stage (JSON) -> torch dialect module, through torch-mlir's FxImporter."""
+    from torch_mlir.extras import fx_importer
     from torch_mlir.extras.fx_importer import FxImporter
+
+    # torch-mlir's dtype-literal table has no complex128 (`.cdouble()`, `.to(complex128)`
+    # raised KeyError); 10 is c10's ComplexDouble.
+    fx_importer.TORCH_DTYPE_TO_INT.setdefault(torch.complex128, 10)
 
     # Eager's numerics (accumulation types, NaN rules, blocked sums): numerics.py.
     graph = fx_graph.loads(fx_text)

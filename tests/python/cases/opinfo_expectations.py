@@ -305,6 +305,11 @@ FALLBACK: dict[str, set[str]] = {
         'nn.functional.upsample_bilinear:float32',
     },
     'falls back: aten::_to_copy': {
+        'cdouble:bfloat16',
+        'cdouble:bool',
+        'cdouble:float16',
+        'cdouble:float32',
+        'cdouble:int64',
         'cfloat:bfloat16',
         'cfloat:bool',
         'cfloat:float16',
@@ -1004,20 +1009,6 @@ ERROR: dict[str, set[str]] = {
         'cov:float32',
         'cov:int64',
     },
-    'KeyError: torch.complex128': {
-        'cdouble:bfloat16',
-        'cdouble:bool',
-        'cdouble:float16',
-        'cdouble:float32',
-        'cdouble:int64',
-    },
-    "RuntimeError: tensor_split expected tensor_indices_or_sections to be on cpu, but it's on lazy_mlir:0": {
-        'tensor_split:bfloat16',
-        'tensor_split:bool',
-        'tensor_split:float16',
-        'tensor_split:float32',
-        'tensor_split:int64',
-    },
     'TypeError: lazy_mlir does not support dtype torch.complex32 (aten._to_copy.default); supported: bfloat16, bool, complex128, complex64, float16, float32, float64': {
         'chalf:bfloat16',
         'chalf:bool',
@@ -1038,13 +1029,6 @@ ERROR: dict[str, set[str]] = {
         'to_sparse:float16',
         'to_sparse:float32',
         'to_sparse:int64',
-    },
-    'ValueError: aten.as_strided.default indexes outside the base tensor': {
-        'as_strided/partial_views:bfloat16',
-        'as_strided/partial_views:bool',
-        'as_strided/partial_views:float16',
-        'as_strided/partial_views:float32',
-        'as_strided/partial_views:int64',
     },
     'RuntimeError: !value_.key_set().has(c10::DispatchKey::Functionalize) INTERNAL ASSERT FAILED at "/__w/pytorch/pytorch/aten/src/ATen/FunctionalTensorWrapper.cpp":': {
         '_batch_norm_with_update:bfloat16',

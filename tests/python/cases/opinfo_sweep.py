@@ -149,11 +149,31 @@ def _samples(op, dtype: str):
     return samples
 
 
+# Ops whose result depends on the input's storage, not only its elements: their input
+# goes to the device with its whole storage, viewed as on the CPU (as a sample made on
+# the device would be; `.to` would copy only the view's elements).
+STORAGE_OPS = {"as_strided"}
+# Ops whose tensor arguments after the input must be host tensors (eager on any device
+# requires the indices of tensor_split on the CPU): they stay there.
+HOST_ARGUMENT_OPS = {"tensor_split"}
+
+
+def _storage_view_to_lazy(x):
+    import torch
+    if not isinstance(x, torch.Tensor) or x._base is None:
+        return _to_lazy(x)
+    storage = torch.empty(0, dtype=x.dtype).set_(x.untyped_storage())
+    return storage.to("lazy_mlir").as_strided(x.shape, x.stride(), x.storage_offset())
+
+
 def _call(op, s, lazy: bool):
     import torch
     inp, args, kwargs = s.input, s.args, s.kwargs
     if lazy:
-        inp, args, kwargs = _map(inp, _to_lazy), _map(args, _to_lazy), _lazy_kwargs(kwargs)
+        inp = (_storage_view_to_lazy if op.name in STORAGE_OPS else _to_lazy)(inp)
+        if op.name not in HOST_ARGUMENT_OPS:
+            args = _map(args, _to_lazy)
+        kwargs = _lazy_kwargs(kwargs)
     torch.manual_seed(0)
     return op(inp, *args, **kwargs)
 

@@ -229,3 +229,33 @@ def test_the_compile_worker_warm_up_graph_lowers():
     result = stages.run_stages(worker_main._WARM_UP_GRAPH, stages.Options(target="cpu"),
                                start="fx", stop="linalg")
     assert "linalg.matmul" in result.text
+
+
+def test_an_interrupted_compile_leaves_no_stray_interrupt(monkeypatch):
+    """Ctrl-C while a compile runs: the KeyboardInterrupt reaches the caller once; the
+    values stay pending (not failed with it), and the next read compiles with a fresh
+    worker, never reading the interrupted compile's reply as its own."""
+    from lazymlir.execution import worker as worker_module
+
+    current = session.reset()
+    try:
+        current.settings.compile_worker = True
+        x = torch.arange(6.0).reshape(2, 3)
+        y = (x.to(DEVICE) + 1) * 2
+        real_read = worker_module.read_message
+        calls = []
+
+        def interrupted(stream):
+            if not calls:
+                calls.append(1)
+                raise KeyboardInterrupt
+            return real_read(stream)
+
+        monkeypatch.setattr(worker_module, "read_message", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            y.cpu()
+        torch.testing.assert_close(y.cpu(), (x + 1) * 2)
+        torch.testing.assert_close(((x.to(DEVICE) - 1) * 3).cpu(), (x - 1) * 3)
+        assert metrics.counter("CompileWorkerStart") >= 2
+    finally:
+        session.reset()
