@@ -9,7 +9,7 @@ python -m pip install -q ".[test]"
 # Run from tests/ so the installed package (not the checkout) is imported. Tests marked
 # `slow` (real-size models, minutes each) are left to scripts/test-slow.sh, which a
 # nightly-style job runs; everything else runs here.
-(cd tests && python -m pytest -q -m "not slow" python)
+(cd tests && python -m pytest -q -m "not slow" --durations=30 python)
 # The cuda target again, with every kernel executed on the CPU by the runtime's emulator
 # driver (docs/cuda_runtime.md): the device suites marked `emulator` must give eager's
 # results there too (kernels run one CPU thread at a time, so the mark leaves out tests
