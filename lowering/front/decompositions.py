@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from . import layers
+
 aten = torch.ops.aten
 
 
@@ -29,4 +31,5 @@ def weight_norm_interface_backward(grad_w, saved_v, saved_g, saved_norms, dim):
 
 TABLE = {
     aten._weight_norm_interface_backward.default: weight_norm_interface_backward,
+    **layers.TABLE,  # pooling, padding, grouped convolution... (layers.py)
 }
