@@ -10,6 +10,7 @@ the lazy device's decomposition templates still capture them.
 from __future__ import annotations
 
 import torch
+import torch._decomp.decompositions
 
 aten = torch.ops.aten
 
@@ -78,7 +79,7 @@ def _transposed_convolution(x, weight, size, stride, padding, dilation, groups):
         border = dilation[i] * (kernel[i] - 1) - padding[i]
         end = size[i] - (x.shape[2 + i] + 2 * border - dilation[i] * (kernel[i] - 1))
         pads += [border, border + end]
-    x = pad(x, pads)
+    x = aten.constant_pad_nd(x, pads, 0.0)
     out_channels, per_group = weight.shape[0] // groups, weight.shape[1]
     flipped = weight.reshape([groups, out_channels, per_group] + kernel).transpose(1, 2)
     flipped = flipped.reshape([groups * per_group, out_channels] + kernel)
@@ -86,20 +87,129 @@ def _transposed_convolution(x, weight, size, stride, padding, dilation, groups):
     return aten.convolution(x, flipped, None, [1] * n, [0] * n, dilation, False, [0] * n, groups)
 
 
-def pad(x, pads):
-    """constant_pad_nd(x, pads) with any negative pads done as slices first (torch-mlir
-    lowers a negative pad to a slice that starts before the tensor)."""
-    n = len(pads) // 2
+def avg_pool2d_backward(grad_output, input, kernel_size, stride, padding, ceil_mode,
+                        count_include_pad, divisor_override):
+    """Each output's gradient divided by its window's divisor, then spread over its
+    window: a transposed convolution by a kernel of ones, one image per channel.
+    (torch-mlir's lowering of the op fails in every configuration.)"""
+    kernel = _spatial(kernel_size, 2)
+    stride = _spatial(stride, 2) if stride else kernel
+    padding = _spatial(padding, 2)
+    size, out_size = list(input.shape[-2:]), list(grad_output.shape[-2:])
+    if divisor_override:
+        divisor = divisor_override
+    else:
+        extents = []
+        for o, n, k, s, p in zip(out_size, size, kernel, stride, padding):
+            start = torch.arange(o, device=grad_output.device) * s - p
+            end = torch.clamp(start + k, max=n + p)
+            if not count_include_pad:  # only the elements inside the input count
+                start, end = torch.clamp(start, min=0), torch.clamp(end, max=n)
+            extents.append(end - start)
+        divisor = (extents[0].unsqueeze(1) * extents[1]).to(grad_output.dtype)
+    scaled = (grad_output / divisor).reshape([-1, 1] + out_size)
+    ones = torch.ones([1, 1] + kernel, dtype=grad_output.dtype, device=grad_output.device)
+    spread = _transposed_convolution(scaled, ones, size, stride, padding, [1, 1], 1)
+    return spread.reshape(input.shape)
+
+
+def _windows(out_size: int, size: int, device):
+    """The 0/1 [out_size, size] matrix of adaptive pooling's windows (output o reads
+    rows floor(o*size/out) to ceil((o+1)*size/out)) and the windows' lengths."""
+    o = torch.arange(out_size, device=device)
+    start = torch.div(o * size, out_size, rounding_mode="floor")
+    end = torch.div((o + 1) * size + out_size - 1, out_size, rounding_mode="floor")
+    rows = torch.arange(size, device=device)
+    inside = (rows >= start.unsqueeze(1)) & (rows < end.unsqueeze(1))
+    return inside, end - start
+
+
+def adaptive_avg_pool2d_backward(grad_output, input):
+    """Through the window matrices: grad_in = Mh^T (grad / area) Mw (the windows
+    overlap where the sizes do not divide)."""
+    (rows, row_len), (cols, col_len) = (
+        _windows(o, n, grad_output.device)
+        for o, n in zip(grad_output.shape[-2:], input.shape[-2:]))
+    dtype = grad_output.dtype
+    area = (row_len.unsqueeze(1) * col_len).to(dtype)
+    spread = (grad_output / area) @ cols.to(dtype)                      # [..., Ho, W]
+    return (spread.transpose(-1, -2) @ rows.to(dtype)).transpose(-1, -2).contiguous()
+
+
+def avg_pool2d(input, kernel_size, stride=(), padding=0, ceil_mode=False,
+               count_include_pad=True, divisor_override=None):
+    """An unbatched [C, H, W] input as a batch of one (torch-mlir's pooling op wants 4-d)."""
+    if input.dim() != 3:
+        return NotImplemented
+    return aten.avg_pool2d(input.unsqueeze(0), kernel_size, stride, padding, ceil_mode,
+                           count_include_pad, divisor_override).squeeze(0)
+
+
+def adaptive_max_pool2d(input, output_size):
+    """PyTorch's decomposition, plus the case it leaves out (sizes that do not divide;
+    torch-mlir's lowering gives a shape error there): every window gathered at the
+    longest window's length (shorter ones repeat their last element, which leaves the
+    max and its first index alone), then max over the window."""
+    height, width = input.shape[-2:]
+    out_h, out_w = output_size
+    if out_h * out_w == 1 or (height % out_h == 0 and width % out_w == 0) or 0 in output_size:
+        return torch._decomp.decompositions.adaptive_max_pool2d(input, output_size)
+    device = input.device
+    gathers, starts = [], []
+    for out, size in ((out_h, height), (out_w, width)):
+        longest = max(-((-(o + 1) * size) // out) - (o * size) // out for o in range(out))
+        _, length = _windows(out, size, device)
+        start = torch.div(torch.arange(out, device=device) * size, out, rounding_mode="floor")
+        step = torch.minimum(torch.arange(longest, device=device), (length - 1).unsqueeze(1))
+        gathers.append((start.unsqueeze(1) + step, longest))   # [out, longest]
+        starts.append(start)
+    (rows, kh), (cols, kw) = gathers
+    windows = input[..., rows.reshape(out_h, kh, 1, 1), cols.reshape(1, 1, out_w, kw)]
+    windows = windows.transpose(-3, -2).reshape(list(input.shape[:-2]) + [out_h, out_w, -1])
+    values, where = windows.max(-1)
+    # The first max is at its true place in the window (repeats come after it).
+    row = starts[0].unsqueeze(1) + torch.div(where, kw, rounding_mode="floor")
+    col = starts[1] + torch.remainder(where, kw)
+    return values, row * width + col
+
+
+def adaptive_max_pool2d_backward(grad_output, input, indices):
+    """Each output's gradient goes to the element its index names (a flat row*W+col in
+    the input's plane): one-hot rows and columns and a batched matmul, instead of a
+    scatter (which the cuda target runs on the host)."""
+    height, width = input.shape[-2:]
+    batch = list(grad_output.shape[:-2])
+    dtype = grad_output.dtype
+    flat = indices.reshape(batch + [-1, 1])
+    grad = grad_output.reshape(batch + [-1, 1])
+    row = torch.div(flat, width, rounding_mode="floor")
+    on_row = (row == torch.arange(height, device=grad.device)).to(dtype) * grad   # [..., O, H]
+    on_col = ((flat - row * width) == torch.arange(width, device=grad.device)).to(dtype)
+    return on_row.transpose(-1, -2) @ on_col                                     # [..., H, W]
+
+
+def constant_pad_nd(x, pad_sizes, value=0):
+    """Negative pads as slices (torch-mlir's lowering reads before the tensor)."""
+    if all(p >= 0 for p in pad_sizes):
+        return NotImplemented
+    n = len(pad_sizes) // 2
     for i in range(n):
         dim = x.dim() - 1 - i
-        low, high = pads[2 * i], pads[2 * i + 1]
+        low, high = pad_sizes[2 * i], pad_sizes[2 * i + 1]
         start, stop = max(-low, 0), x.shape[dim] - max(-high, 0)
-        if start or stop != x.shape[dim]:
-            x = x.narrow(dim, start, max(stop - start, 0))
-    positive = [max(p, 0) for p in pads]
-    return aten.constant_pad_nd(x, positive, 0.0) if any(positive) else x
+        x = x.narrow(dim, start, max(stop - start, 0))
+    positive = [max(p, 0) for p in pad_sizes]
+    if any(positive):
+        return aten.constant_pad_nd(x, positive, value)
+    return x.clone()
 
 
 TABLE = {
     aten.convolution_backward.default: convolution_backward,
+    aten.avg_pool2d_backward.default: avg_pool2d_backward,
+    aten._adaptive_avg_pool2d_backward.default: adaptive_avg_pool2d_backward,
+    aten.adaptive_max_pool2d.default: adaptive_max_pool2d,
+    aten.avg_pool2d.default: avg_pool2d,
+    aten.adaptive_max_pool2d_backward.default: adaptive_max_pool2d_backward,
+    aten.constant_pad_nd.default: constant_pad_nd,
 }

@@ -60,3 +60,24 @@ def test_grouped_and_depthwise_convolutions():
                 F.conv1d(x1, w1, groups=3, stride=2))
     check_both_entry_points(fn, _inputs((2, 4, 7, 6), (6, 2, 3, 3), (4, 1, 3, 3),
                                         (8, 1, 3, 3), (4,), (2, 6, 9), (3, 2, 3)))
+
+
+def test_average_and_adaptive_pools():
+    def fn(x, x3):
+        return (F.avg_pool2d(x, 2),
+                F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False),
+                F.avg_pool2d(x, (3, 2), (1, 2), (1, 0), ceil_mode=True),
+                F.avg_pool2d(x, 3, 2, 1, divisor_override=4),
+                F.avg_pool2d(x3, 2, 1),
+                F.adaptive_avg_pool2d(x, (3, 4)),
+                F.adaptive_avg_pool2d(x, 1),
+                F.adaptive_max_pool2d(x, (3, 4)),
+                F.adaptive_max_pool2d(x3, 1))
+    check_both_entry_points(fn, _inputs((2, 3, 7, 6), (3, 5, 4)))
+
+
+def test_negative_padding():
+    def fn(x):
+        return (F.pad(x, (0, -1, 1, -2)), F.pad(x, (-2, -1), value=3.0),
+                F.pad(x, (2, -3, -1, 0, 0, 1)))
+    check_both_entry_points(fn, _inputs((2, 3, 5, 6)))
