@@ -9,6 +9,8 @@ the lazy device's decomposition templates still capture them.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch._decomp.decompositions
 
@@ -204,7 +206,41 @@ def constant_pad_nd(x, pad_sizes, value=0):
     return x.clone()
 
 
+def as_strided_scatter(input, src, size, stride, storage_offset=None):
+    """`input` (contiguous, as every graph value is) with the strided view
+    (size, stride, storage_offset) of it replaced by `src`. torch-mlir has no lowering;
+    AOTAutograd writes gradients through a view this way (a permute before a global
+    pool). A view that covers the whole input in order is a reshape; another one that
+    does not overlap itself is a gather: each element of the input decodes its flat
+    position into the view's indices (largest stride first) and reads `src` there if
+    it is in the view."""
+    offset = storage_offset or 0
+    dims = sorted((d for d in range(len(size)) if size[d] != 1), key=lambda d: -stride[d])
+    reach = 0  # the farthest element the dims after this one reach
+    for d in reversed(dims):
+        if stride[d] <= reach:
+            return NotImplemented  # the view overlaps itself: eager's write order matters
+        reach += (size[d] - 1) * stride[d]
+    count = src.numel()
+    contiguous = [d for d in range(len(size)) if size[d] != 1] == dims and all(
+        stride[d] == math.prod(size[d + 1:]) for d in dims)
+    if offset == 0 and count == input.numel() and contiguous:
+        return src.reshape(input.shape).clone()
+    rest = torch.arange(input.numel(), device=input.device) - offset
+    inside = rest >= 0
+    at = torch.zeros_like(rest)
+    for d in dims:
+        index = torch.div(rest, stride[d], rounding_mode="floor")
+        rest = rest - index * stride[d]
+        inside = inside & (index < size[d])
+        at = at + index * math.prod(size[d + 1:])
+    inside = inside & (rest == 0)
+    taken = src.reshape(-1)[torch.where(inside, at, 0)]
+    return torch.where(inside, taken, input.reshape(-1)).reshape(input.shape)
+
+
 TABLE = {
+    aten.as_strided_scatter.default: as_strided_scatter,
     aten.convolution_backward.default: convolution_backward,
     aten.avg_pool2d_backward.default: avg_pool2d_backward,
     aten._adaptive_avg_pool2d_backward.default: adaptive_avg_pool2d_backward,

@@ -81,3 +81,17 @@ def test_negative_padding():
         return (F.pad(x, (0, -1, 1, -2)), F.pad(x, (-2, -1), value=3.0),
                 F.pad(x, (2, -3, -1, 0, 0, 1)))
     check_both_entry_points(fn, _inputs((2, 3, 5, 6)))
+
+
+def test_as_strided_scatter():
+    # AOTAutograd writes the gradient of a global pool over a permuted layer_norm
+    # (ConvNeXt's head) with as_strided_scatter.
+    def head(x, w):
+        return F.adaptive_avg_pool2d(F.layer_norm(x.permute(0, 2, 3, 1), (4,), w)
+                                     .permute(0, 3, 1, 2), 1)
+
+    def views(x, src, src2):
+        return (torch.as_strided_scatter(x, src, (2, 3), (1, 4), 1),   # transposed, offset
+                torch.as_strided_scatter(x, src2, (2, 2, 2), (8, 1, 4), 2))
+    check_both_entry_points(head, _inputs((2, 4, 3, 3), (4,)))
+    check_both_entry_points(views, _inputs((4, 4), (2, 3), (2, 2, 2)))
