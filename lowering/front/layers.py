@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 import torch
-import torch._decomp.decompositions
+import torch._decomp.decompositions as _decomp
 
 aten = torch.ops.aten
 
@@ -155,7 +155,7 @@ def adaptive_max_pool2d(input, output_size):
     height, width = input.shape[-2:]
     out_h, out_w = output_size
     if out_h * out_w == 1 or (height % out_h == 0 and width % out_w == 0) or 0 in output_size:
-        return torch._decomp.decompositions.adaptive_max_pool2d(input, output_size)
+        return _decomp.adaptive_max_pool2d(input, output_size)
     device = input.device
     gathers, starts = [], []
     for out, size in ((out_h, height), (out_w, width)):
@@ -239,7 +239,36 @@ def as_strided_scatter(input, src, size, stride, storage_offset=None):
     return torch.where(inside, taken, input.reshape(-1)).reshape(input.shape)
 
 
+def _separable_backward(grad_output, input_size, resample):
+    """The gradient of a separable 2-d resampling, out = Ah x Aw^T: Ah^T grad Aw. Each
+    matrix is the forward resampling of an identity, resample(eye [n, 1, n], dim) ->
+    [n, 1, out] = A^T (no scatter, which the cuda target runs on the host)."""
+    dtype, device = grad_output.dtype, grad_output.device
+    rows, cols = (resample(torch.eye(n, dtype=dtype, device=device).reshape(n, 1, n), dim)
+                  .reshape(n, -1) for dim, n in enumerate(input_size[-2:]))
+    return (rows @ (grad_output @ cols.t())).contiguous()
+
+
+def upsample_bilinear2d_backward(grad_output, output_size, input_size, align_corners,
+                                 scales_h=None, scales_w=None):
+    """(torch-mlir has no lowering.)"""
+    scales = (scales_h, scales_w)
+    return _separable_backward(grad_output, input_size, lambda eye, d: _decomp.upsample_linear1d(
+        eye, [output_size[d]], align_corners, scales[d]))
+
+
+def upsample_nearest2d_backward(grad_output, output_size, input_size, scales_h=None,
+                                scales_w=None):
+    """(torch-mlir's lowering is wrong where the scale is not an integer: 5 -> 7 rows.)"""
+    scales = (scales_h, scales_w)
+    return _separable_backward(grad_output, input_size, lambda eye, d: _decomp.upsample_nearest1d(
+        eye, [output_size[d]], scales[d]))
+
+
 TABLE = {
+    aten.upsample_bilinear2d.default: _decomp.upsample_bilinear2d,
+    aten.upsample_bilinear2d_backward.default: upsample_bilinear2d_backward,
+    aten.upsample_nearest2d_backward.default: upsample_nearest2d_backward,
     aten.as_strided_scatter.default: as_strided_scatter,
     aten.convolution_backward.default: convolution_backward,
     aten.avg_pool2d_backward.default: avg_pool2d_backward,

@@ -95,3 +95,13 @@ def test_as_strided_scatter():
                 torch.as_strided_scatter(x, src2, (2, 2, 2), (8, 1, 4), 2))
     check_both_entry_points(head, _inputs((2, 4, 3, 3), (4,)))
     check_both_entry_points(views, _inputs((4, 4), (2, 3), (2, 2, 2)))
+
+
+def test_upsampling():
+    def fn(x):
+        return (F.interpolate(x, scale_factor=2, mode="bilinear"),
+                F.interpolate(x, size=(7, 4), mode="bilinear", align_corners=True),
+                F.interpolate(x, scale_factor=1.5, mode="bilinear"),
+                F.interpolate(x, scale_factor=2, mode="nearest"),
+                F.interpolate(x, size=(7, 4), mode="nearest"))
+    check_both_entry_points(fn, _inputs((2, 3, 5, 3)))
