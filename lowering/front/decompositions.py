@@ -31,5 +31,7 @@ def weight_norm_interface_backward(grad_w, saved_v, saved_g, saved_norms, dim):
 
 TABLE = {
     aten._weight_norm_interface_backward.default: weight_norm_interface_backward,
-    **layers.TABLE,  # pooling, padding, grouped convolution... (layers.py)
 }
+
+# Pooling, padding, resampling, grouped convolution... (layers.py)
+TABLE.update(layers.TABLE)

@@ -265,7 +265,16 @@ def upsample_nearest2d_backward(grad_output, output_size, input_size, scales_h=N
         eye, [output_size[d]], scales[d]))
 
 
+def threshold_backward(grad_output, input, threshold):
+    """ReLU's backward in the promoted type of its two operands, as eager computes it
+    (PyTorch's decomposition returns the gradient's type: int64 for an int64 gradient
+    of a float32 input)."""
+    dtype = torch.result_type(grad_output, input)
+    return torch.where(input <= threshold, 0, grad_output.to(dtype))
+
+
 TABLE = {
+    aten.threshold_backward.default: threshold_backward,
     aten.upsample_bilinear2d.default: _decomp.upsample_bilinear2d,
     aten.upsample_bilinear2d_backward.default: upsample_bilinear2d_backward,
     aten.upsample_nearest2d_backward.default: upsample_nearest2d_backward,
