@@ -309,9 +309,12 @@ _HALF_OPMATH_TUPLES = {aten.native_layer_norm.default, aten.var_mean.correction,
 def _half_tuple_opmath(b: _Builder, node: torch.fx.Node):
     if node.target not in _HALF_OPMATH_TUPLES or not _is_tensor(node.args[0], *HALF_TYPES):
         return None
-    if node.target is aten.native_batch_norm.default and node.args[5] and any(
-            _is_tensor(a) for a in node.args[3:5]):
-        return None  # training updates the running statistics in place: not a copy of them
+    if node.target is aten.native_batch_norm.default and (
+            not node.args[5] or any(_is_tensor(a) for a in node.args[3:5])):
+        # Only batch statistics without running ones (instance_norm): training updates
+        # running statistics in place (not a float32 copy of them), and evaluation
+        # computes no statistics (its (0,)-shaped results stay as they are).
+        return None
     users = {u.args[1]: u for u in node.users if u.target is operator.getitem}
     if len(users) != len(node.users):
         return None
