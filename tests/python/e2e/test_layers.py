@@ -5,8 +5,8 @@ embedding bags, and as_strided_scatter (lowering/front/layers.py).
 
 Each test runs several configurations in one function, so each entry point compiles
 one forward and one backward graph per test. Only the cheapest carry the `emulator` mark:
-on the emulator's one-thread kernels a convolution test takes minutes (they were run
-there by hand: docs/known-issues.md)."""
+on the emulator's one-thread kernels a convolution test takes minutes (docs/known-issues.md
+says what running them there by hand gave)."""
 
 from __future__ import annotations
 
