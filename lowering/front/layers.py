@@ -43,7 +43,7 @@ def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding
     if output_mask[1]:
         batch, channels = input.shape[:2]
         per_group, out_channels = channels // groups, grad_output.shape[1]
-        spatial, out_spatial = list(input.shape[2:]), list(grad_output.shape[2:])
+        spatial = list(input.shape[2:])
         # [N, G*Cg, *S] -> [Cg, G*N, *S]: batch = a group's input channels.
         x = input.reshape([batch, groups, per_group] + spatial).transpose(0, 2)
         x = x.reshape([per_group, groups * batch] + spatial)

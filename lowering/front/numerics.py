@@ -601,9 +601,10 @@ def _bool_order(b: _Builder, node: torch.fx.Node):
     return None
 
 
-REWRITES = (_logcumsumexp, _reciprocal, _divide_by_minus_one, _integer_neg, _int_scatter_mean, _half_tuple_opmath,
-            _half_accumulation, _half_opmath, _widen_bytes, _blocked, _layer_norm, _nan_minmax,
-            _first_nan_index, _self_equal, _bool_add, _bool_order, _gelu_tanh)
+REWRITES = (_logcumsumexp, _reciprocal, _divide_by_minus_one, _integer_neg, _int_scatter_mean,
+            _half_tuple_opmath, _half_accumulation, _half_opmath, _widen_bytes, _blocked,
+            _layer_norm, _nan_minmax, _first_nan_index, _self_equal, _bool_add, _bool_order,
+            _gelu_tanh)
 
 
 def apply(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:

@@ -49,7 +49,7 @@ def check_both_entry_points(fn, inputs, rtol=1e-5, atol=1e-5, backward=True):
         for kind, g, e in zip(("output", "gradient"), got, expected):
             for i, (a, b) in enumerate(zip(g, e)):
                 torch.testing.assert_close(a, b, rtol=rtol, atol=atol,
-                                           msg=lambda m: f"{where}, {kind} {i}: {m}")
+                                           msg=lambda m, w=where, k=kind, i=i: f"{w}, {k} {i}: {m}")
         assert_no_fallback()
 
 
