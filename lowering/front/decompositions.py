@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from . import layers
+
 aten = torch.ops.aten
 
 
@@ -64,3 +66,6 @@ TABLE = {
     aten._amp_foreach_non_finite_check_and_unscale.default: amp_non_finite_check_and_unscale,
     aten._amp_update_scale.default: amp_update_scale,
 }
+
+# Pooling, padding, resampling, grouped convolution... (layers.py)
+TABLE.update(layers.TABLE)

@@ -22,6 +22,9 @@ cannot be told apart from a deliberate select).
   lost ~2e-5 relative over 50M elements; eager's cascade sum is ~1e-8.
 - NaN propagates through maximum/minimum/clamp as in eager, and argmax/argmin/
   max.dim/min.dim return the index of the first NaN.
+- Integer negation is x * -1 (torch-mlir negates integers through float32), and so is
+  an integer // -1 (torch-mlir folded INT64_MIN // -1 to 0; eager wraps).
+- x == x is False for NaN (torch-mlir folds it to True; isfinite uses it).
 - bool + bool is a logical or (torch-mlir added a bool tensor and `True` as i1).
 - Clamps (by tensors) and sorts of bools run on int32: torch-mlir orders i1
   as signed, True below False; so do accumulating index_put/index_add/
@@ -298,11 +301,19 @@ def _layer_norm(b: _Builder, node: torch.fx.Node):
 # float32 and rounds each result once; torch-mlir computes them in the half type:
 # layer_norm normalized in float16 (3e-3 off), var_mean's mean summed in bfloat16
 # (0.02 off).
-_HALF_OPMATH_TUPLES = {aten.native_layer_norm.default, aten.var_mean.correction}
+# batch_norm's statistics too (instance_norm over 65536 float16 elements: 1.7 off).
+_HALF_OPMATH_TUPLES = {aten.native_layer_norm.default, aten.var_mean.correction,
+                       aten.native_batch_norm.default}
 
 
 def _half_tuple_opmath(b: _Builder, node: torch.fx.Node):
     if node.target not in _HALF_OPMATH_TUPLES or not _is_tensor(node.args[0], *HALF_TYPES):
+        return None
+    if node.target is aten.native_batch_norm.default and (
+            not node.args[5] or any(_is_tensor(a) for a in node.args[3:5])):
+        # Only batch statistics without running ones (instance_norm): training updates
+        # running statistics in place (not a float32 copy of them), and evaluation
+        # computes no statistics (its (0,)-shaped results stay as they are).
         return None
     users = {u.args[1]: u for u in node.users if u.target is operator.getitem}
     if len(users) != len(node.users):
@@ -409,6 +420,37 @@ def _reciprocal(b: _Builder, node: torch.fx.Node):
     return b(aten.div.Tensor, b(aten.full_like.default, x, 1.0), x)
 
 
+_ROUNDED_DIVISIONS = {aten.div.Tensor_mode, aten.div.Scalar_mode, aten.floor_divide.default,
+                      aten.floor_divide.Scalar}
+
+
+def _divide_by_minus_one(b: _Builder, node: torch.fx.Node):
+    """An integer divided by the number -1 (floor or trunc) is its negation, which wraps at
+    the minimum as eager does; torch-mlir's folder gave 0 for a constant INT64_MIN // -1."""
+    if node.target not in _ROUNDED_DIVISIONS or not _is_tensor(node.args[0]):
+        return None
+    divisor = node.args[1]
+    if type(divisor) is not int or divisor != -1 or not _is_integer(node.args[0]) or \
+            _val(node).dtype != _val(node.args[0]).dtype:
+        return None
+    return b(aten.mul.Scalar, node.args[0], -1)
+
+
+def _integer_neg(b: _Builder, node: torch.fx.Node):
+    """-x of an integer as x * -1: torch-mlir negates integers through float32
+    (-123456789012345678 came out -123456790519087104)."""
+    if node.target is not aten.neg.default or not _is_integer(node.args[0]):
+        return None
+    return b(aten.mul.Scalar, node.args[0], -1)
+
+
+def _is_integer(x) -> bool:
+    if not _is_tensor(x):
+        return False
+    dtype = _val(x).dtype
+    return not (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool)
+
+
 # -- integer scatter mean ----------------------------------------------------------
 
 def _int_scatter_mean(b: _Builder, node: torch.fx.Node):
@@ -510,6 +552,17 @@ def _bool_add(b: _Builder, node: torch.fx.Node):
     return b(aten.logical_or.default, x, b(aten.logical_not.default, x))
 
 
+def _self_equal(b: _Builder, node: torch.fx.Node):
+    """x == x is False where x is NaN; torch-mlir folds `eq.Tensor(x, x)` to True
+    (isfinite(NaN) came out True: PyTorch writes isfinite as (x == x) * (|x| != inf))."""
+    if node.target is not aten.eq.Tensor or node.args[0] is not node.args[1]:
+        return None
+    x = node.args[0]
+    if not _float(x):
+        return None
+    return b(aten.logical_not.default, b(aten.isnan.default, x))
+
+
 # -- bool order ------------------------------------------------------------------
 
 _BOOL_CLAMPS = {aten.clamp_min.Tensor, aten.clamp_max.Tensor, aten.clamp.Tensor}
@@ -548,9 +601,10 @@ def _bool_order(b: _Builder, node: torch.fx.Node):
     return None
 
 
-REWRITES = (_logcumsumexp, _reciprocal, _int_scatter_mean, _half_tuple_opmath,
-            _half_accumulation, _half_opmath, _widen_bytes, _blocked, _layer_norm, _nan_minmax,
-            _first_nan_index, _bool_add, _bool_order, _gelu_tanh)
+REWRITES = (_logcumsumexp, _reciprocal, _divide_by_minus_one, _integer_neg, _int_scatter_mean,
+            _half_tuple_opmath, _half_accumulation, _half_opmath, _widen_bytes, _blocked,
+            _layer_norm, _nan_minmax, _first_nan_index, _self_equal, _bool_add, _bool_order,
+            _gelu_tanh)
 
 
 def apply(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:

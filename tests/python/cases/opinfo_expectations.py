@@ -272,14 +272,6 @@ FALLBACK: dict[str, set[str]] = {
         'norm/nuc:float32',
         'svd:float32',
     },
-    'falls back: aten::adaptive_max_pool2d': {
-        'nn.functional.adaptive_max_pool1d:bfloat16',
-        'nn.functional.adaptive_max_pool1d:float16',
-        'nn.functional.adaptive_max_pool1d:float32',
-        'nn.functional.adaptive_max_pool2d:bfloat16',
-        'nn.functional.adaptive_max_pool2d:float16',
-        'nn.functional.adaptive_max_pool2d:float32',
-    },
     'falls back: aten::scatter': {
         'nn.functional.one_hot:int64',
         'scatter:bfloat16',
@@ -295,14 +287,6 @@ FALLBACK: dict[str, set[str]] = {
         '_segment_reduce/offsets:bfloat16',
         '_segment_reduce/offsets:float16',
         '_segment_reduce/offsets:float32',
-    },
-    'falls back: aten::upsample_bilinear2d': {
-        'nn.functional.interpolate/bilinear:bfloat16',
-        'nn.functional.interpolate/bilinear:float16',
-        'nn.functional.interpolate/bilinear:float32',
-        'nn.functional.upsample_bilinear:bfloat16',
-        'nn.functional.upsample_bilinear:float16',
-        'nn.functional.upsample_bilinear:float32',
     },
     'falls back: aten::_to_copy': {
         'cdouble:bfloat16',
@@ -350,13 +334,6 @@ FALLBACK: dict[str, set[str]] = {
         'resize_:float16',
         'resize_:float32',
         'resize_:int64',
-    },
-    'falls back: aten::as_strided_scatter': {
-        'as_strided_scatter:bfloat16',
-        'as_strided_scatter:bool',
-        'as_strided_scatter:float16',
-        'as_strided_scatter:float32',
-        'as_strided_scatter:int64',
     },
     'falls back: aten::cat, aten::full_like, aten::masked_select': {
         'combinations:bfloat16',
@@ -619,11 +596,6 @@ FALLBACK: dict[str, set[str]] = {
         'fft.ihfft2:bool',
         'fft.ihfft2:float32',
         'fft.ihfft2:int64',
-    },
-    'falls back: aten::_embedding_bag_forward_only': {
-        'nn.functional.embedding_bag:bfloat16',
-        'nn.functional.embedding_bag:float16',
-        'nn.functional.embedding_bag:float32',
     },
     'falls back: aten::_linalg_eigh': {
         'linalg.eigh:float32',
