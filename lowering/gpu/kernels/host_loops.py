@@ -30,13 +30,10 @@ access in the nest it becomes one `memref.atomic_rmw` (f32/f64/i32/i64 add: the 
 and widths every sm_70+ GPU does natively) and the loop runs in parallel. Float sums then
 depend on the order the updates land in, as with CUDA eager's atomics.
 
-A scatter that overwrites (`scatter`, `scatter(value=...)`) stores each update to the
-element its index names, and the nest never reads that buffer. PyTorch leaves which of
-several updates to one element wins undefined (CUDA eager writes them in parallel), so
-such a buffer constrains no loop either: as a last resort (after the ordered forms
-above), its loop over updates runs in parallel. `index_put` keeps its ordered form where
-one exists (a thread per column, rows in order: the last repeated index wins, as on the
-CPU).
+A scatter that overwrites with one update per loop iteration and no other loop
+(`scatter(dim, index, src)` as tm-tensor-to-loops writes it) has no independent loop and
+stays serial (it falls back to eager): running its updates unordered gave wrong
+gradients in a cross-entropy backward on the emulator driver, for a cause not yet found.
 """
 
 from __future__ import annotations
@@ -216,16 +213,9 @@ def _movable_loops(nest):
             yield loop, loop.regions[0].blocks[0].arguments[0]
 
 
-def _unordered(accesses) -> frozenset:
-    """Buffers the nest only writes, with one store: which update wins is undefined."""
-    return frozenset(b for b, uses in accesses.items()
-                     if len(uses) == 1 and uses[0][1])
-
-
 def _plan(nest, accesses, accumulations):
     """(loop to run in parallel, buffers to update by atomics), or None: the first
-    movable loop independent as it is, else with the accumulations made atomic, else
-    (outermost first) with unordered writes left unordered."""
+    movable loop independent as it is, else with the accumulations made atomic."""
     loops = list(_movable_loops(nest))
     for loop, iv in loops:
         if _independent(iv, accesses):
@@ -233,10 +223,6 @@ def _plan(nest, accesses, accumulations):
     atomics = frozenset(accumulations)
     for loop, iv in loops if atomics else ():
         if _independent(iv, accesses, atomics):
-            return loop, atomics
-    unordered = _unordered(accesses)
-    for loop, iv in loops if unordered else ():
-        if _independent(iv, accesses, atomics | unordered):
             return loop, atomics
     return None
 
