@@ -61,8 +61,23 @@ def amp_update_scale(scale, growth_tracker, found_inf, growth_factor, backoff_fa
     return new_scale, new_tracker
 
 
+# Eager's CPU kernel writes 1/6 as a float literal (`1.0f / 6.0f`) for every dtype.
+_ONE_SIXTH_F32 = float(torch.tensor(1.0 / 6.0, dtype=torch.float32))
+
+
+def hardsigmoid_backward(grad_output, self):
+    """grad * 1/6 inside (-3, 3), else 0, with eager's constant: its CPU kernel
+    multiplies by the float32 1/6 in every dtype, so a float64 gradient is 3e-8 (relative)
+    from the exact sixth that torch-mlir's lowering uses (a MobileNetV3 step in float64
+    drifted from eager by it)."""
+    inside = aten.logical_and.default(aten.gt.Scalar(self, -3.0), aten.lt.Scalar(self, 3.0))
+    # 0 outside, whatever the gradient (an inf or NaN one included), as eager.
+    return aten.where.ScalarOther(inside, aten.mul.Scalar(grad_output, _ONE_SIXTH_F32), 0.0)
+
+
 TABLE = {
     aten._weight_norm_interface_backward.default: weight_norm_interface_backward,
+    aten.hardsigmoid_backward.default: hardsigmoid_backward,
     aten._amp_foreach_non_finite_check_and_unscale.default: amp_non_finite_check_and_unscale,
     aten._amp_update_scale.default: amp_update_scale,
 }

@@ -62,3 +62,27 @@ def test_float16_instance_norm_statistics_accumulate_in_float32():
     assert got.dtype == torch.float16
     assert (got.float() - expected.float()).abs().max().item() <= 4e-3  # an ulp at 4
     assert_no_fallback()
+
+
+def test_hardsigmoid_backward_uses_eagers_sixth():
+    """Eager's kernel multiplies by the float32 1/6 in every dtype; torch-mlir's lowering
+    used the exact sixth, 3e-8 off in float64 (a MobileNetV3 step drifted by it). Outside
+    (-3, 3) the gradient is 0 even where it is inf or NaN."""
+    x = torch.linspace(-5, 5, 41, dtype=torch.float64)
+    grad = torch.randn(41, dtype=torch.float64)
+    grad[1], grad[2] = float("inf"), float("nan")
+
+    def fn(g, x):
+        return torch.ops.aten.hardsigmoid_backward(g, x)
+
+    expected = fn(grad, x)
+    # Exactly: the old constant was within float64's usual tolerance (rtol 1e-7).
+    torch.testing.assert_close(fn(grad.to(DEVICE), x.to(DEVICE)).cpu(), expected,
+                               rtol=0, atol=0, equal_nan=True)
+    torch._dynamo.reset()
+    try:
+        compiled = torch.compile(fn, backend="lazymlir", dynamic=False)(grad, x)
+    finally:
+        torch._dynamo.reset()
+    torch.testing.assert_close(compiled, expected, rtol=0, atol=0, equal_nan=True)
+    assert_no_fallback()
