@@ -101,6 +101,18 @@ def test_static_schedule_gives_each_thread_one_block_covering_every_iteration(tm
 # A fork from the main thread runs on PyTorch's team; a fork from inside an OpenMP region
 # (each thread of an outer team, as a graph run from a PyTorch intra-op thread) runs on
 # that thread alone: thread 0 of a team of one, every iteration, no new threads.
+# The runtime's fork and static-schedule entries as the child scripts call them
+# (`lib`: the runtime library, already loaded).
+_KMPC_ENTRIES = """
+i32 = ctypes.c_int32
+TASK = ctypes.CFUNCTYPE(None, ctypes.POINTER(i32), ctypes.POINTER(i32))
+init = lib.__kmpc_for_static_init_4
+init.argtypes = [ctypes.c_void_p, i32, i32, ctypes.POINTER(i32), ctypes.POINTER(i32),
+                 ctypes.POINTER(i32), ctypes.POINTER(i32), i32, i32]
+fork = lib.__kmpc_fork_call
+fork.argtypes = [ctypes.c_void_p, i32, TASK]
+"""
+
 _NESTED = """
 import ctypes, json, os, sys, threading
 # PyTorch's libgomp, bound as targets/cpu_threads.py binds it (no torch import: fast)
@@ -111,14 +123,7 @@ lib.lazymlir_threads_bind(*[ctypes.cast(getattr(gomp, name), ctypes.c_void_p) fo
     "GOMP_parallel", "GOMP_barrier", "omp_get_thread_num", "omp_get_num_threads",
     "omp_in_parallel")])
 lib.lazymlir_threads_inline_forks.restype = ctypes.c_uint64
-i32 = ctypes.c_int32
-TASK = ctypes.CFUNCTYPE(None, ctypes.POINTER(i32), ctypes.POINTER(i32))
-init = lib.__kmpc_for_static_init_4
-init.argtypes = [ctypes.c_void_p, i32, i32, ctypes.POINTER(i32), ctypes.POINTER(i32),
-                 ctypes.POINTER(i32), ctypes.POINTER(i32), i32, i32]
-fork = lib.__kmpc_fork_call
-fork.argtypes = [ctypes.c_void_p, i32, TASK]
-lock, seen = threading.Lock(), []
+""" + _KMPC_ENTRIES + """lock, seen = threading.Lock(), []
 def task(gtid, btid):
     last, lo, hi, stride = i32(0), i32(0), i32(9), i32(0)
     init(None, gtid[0], 34, ctypes.byref(last), ctypes.byref(lo), ctypes.byref(hi),
@@ -189,14 +194,7 @@ lib.lazymlir_threads_tune(ctypes.c_uint64(50_000_000), ctypes.c_uint64(300_000_0
                           ctypes.c_uint64(10**9))
 for name in ("forks", "late_forks", "alone_forks"):
     getattr(lib, "lazymlir_threads_" + name).restype = ctypes.c_uint64
-i32 = ctypes.c_int32
-TASK = ctypes.CFUNCTYPE(None, ctypes.POINTER(i32), ctypes.POINTER(i32))
-init = lib.__kmpc_for_static_init_4
-init.argtypes = [ctypes.c_void_p, i32, i32, ctypes.POINTER(i32), ctypes.POINTER(i32),
-                 ctypes.POINTER(i32), ctypes.POINTER(i32), i32, i32]
-fork = lib.__kmpc_fork_call
-fork.argtypes = [ctypes.c_void_p, i32, TASK]
-done = []
+""" + _KMPC_ENTRIES + """done = []
 def task(gtid, btid):
     last, lo, hi, stride = i32(0), i32(0), i32(9), i32(0)
     init(None, gtid[0], 34, ctypes.byref(last), ctypes.byref(lo), ctypes.byref(hi),
