@@ -98,9 +98,6 @@ def test_static_schedule_gives_each_thread_one_block_covering_every_iteration(tm
         assert lasts == (1 if trips else 0)
 
 
-# A fork from the main thread runs on PyTorch's team; a fork from inside an OpenMP region
-# (each thread of an outer team, as a graph run from a PyTorch intra-op thread) runs on
-# that thread alone: thread 0 of a team of one, every iteration, no new threads.
 # The runtime's fork and static-schedule entries as the child scripts call them
 # (`lib`: the runtime library, already loaded).
 _KMPC_ENTRIES = """
@@ -113,6 +110,9 @@ fork = lib.__kmpc_fork_call
 fork.argtypes = [ctypes.c_void_p, i32, TASK]
 """
 
+# A fork from the main thread runs on PyTorch's team; a fork from inside an OpenMP region
+# (each thread of an outer team, as a graph run from a PyTorch intra-op thread) runs on
+# that thread alone: thread 0 of a team of one, every iteration, no new threads.
 _NESTED = """
 import ctypes, json, os, sys, threading
 # PyTorch's libgomp, bound as targets/cpu_threads.py binds it (no torch import: fast)
