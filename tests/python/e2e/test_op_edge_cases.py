@@ -327,3 +327,28 @@ def test_a_custom_op_without_a_fake_implementation_runs_eagerly_and_is_counted()
     assert result.tolist() == [1.0, 3.0, 5.0, 7.0]
     assert lazymlir.metrics.fallback_ops() == {"lazymlir_tests::twice": 1}
     assert "lazymlir_tests::twice" in lazymlir.metrics.report()
+
+
+def _zero_element_program(e, a, b, x):
+    return ((e + 1).view(3, 0), (e * 2).reshape(-1, 3), e.sum(0), e.mean(0),
+            torch.cat([e, x]), a @ b, torch.softmax(e, 1), (a + 1).t().reshape(0, 3))
+
+
+def _zero_element_inputs():
+    return torch.zeros(0, 3), torch.randn(3, 0), torch.randn(0, 4), torch.randn(2, 3)
+
+
+def test_zero_element_views_and_reductions():
+    # torch-mlir's view lowering divided by a 0 dimension: the compiler died with
+    # SIGFPE and every zero-element reshape fell back. Zero-element results are now
+    # empty tensors in the graph (lowering/front/empty_results.py).
+    compare_with_eager(_zero_element_program, *_zero_element_inputs())
+    assert_no_fallback()
+
+
+def test_zero_element_views_and_reductions_compiled():
+    inputs = _zero_element_inputs()
+    want = _zero_element_program(*inputs)
+    got = torch.compile(_zero_element_program, backend="lazymlir")(*inputs)
+    assert_same(list(got), list(want))
+    assert_no_fallback()
