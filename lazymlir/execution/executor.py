@@ -29,7 +29,7 @@ import torch
 
 from .. import lowering, session, targets
 from ..lowering.front import checks, fx_graph
-from ..support.errors import CompileError
+from ..support.errors import CompileError, CompilerCrashError
 from . import diagnostics, disk_cache, fallback, graph_cache, partition
 from .compiler import CompileOptions, compile_graph, probe
 from .worker_pool import WorkerPool
@@ -306,7 +306,19 @@ def _compile(current, target, text: str, key: str) -> tuple[Path, bool]:
         result = future.result()  # a compile error or crash is raised here, as below
     else:
         payload = _compile_payload(current, target, text, key)
-        result = _worker_request(current, "compile", payload)
+        try:
+            result = _worker_request(current, "compile", payload)
+        except CompilerCrashError as crash:
+            # A worker killed from outside (the kernel's OOM killer on a loaded machine,
+            # a broken pipe) looks like a compiler crash. Once in a fresh worker, before
+            # the graph is split and its ops probed: a real crash repeats, a transient
+            # one must not make a whole step run in pieces with eager fallbacks.
+            if crash.timed_out or not current.settings.compile_worker:
+                raise
+            log.warning("compile of graph %s crashed; retrying once in a fresh worker: %s",
+                        key, str(crash).splitlines()[0])
+            current.metrics.inc("CompileRetry")
+            result = _worker_request(current, "compile", payload)
     for message in result["warnings"]:
         warnings.warn(f"lazymlir: {message}", stacklevel=6)
     timings = result["timings"]

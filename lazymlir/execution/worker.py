@@ -277,8 +277,10 @@ class CompileWorker:
         if tail:
             message += "\ncompiler output:\n" + tail
         message += f"\nreproduce with: {command}"
-        return CompilerCrashError(message, stage=stage, target=options.target,
-                                  reproducer=command)
+        error = CompilerCrashError(message, stage=stage, target=options.target,
+                                   reproducer=command)
+        error.timed_out = timed_out
+        return error
 
     def abandon(self) -> None:
         """Kill the process without waiting for the request in flight (which raises)."""

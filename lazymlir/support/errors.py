@@ -40,8 +40,11 @@ class CompilerCrashError(CompileError):
     """The native compiler (torch-mlir / MLIR / LLVM) crashed on a graph.
 
     The crash happened in the compile worker process; the user's process is
-    unaffected and the worker is restarted for the next compile.
+    unaffected and the worker is restarted for the next compile. `timed_out`: the
+    compile was abandoned at LAZYMLIR_COMPILE_TIMEOUT rather than crashing.
     """
+
+    timed_out: bool = False
 
 
 class ExecutionError(LazyMlirError):

@@ -1,7 +1,8 @@
 """Counters and timers, named as PyTorch/XLA and torch._lazy users know them.
 
 Counters: UncachedCompile, CachedCompile, MarkStep, Sync, DiskCacheHit,
-FallbackOps, CompileWorkerStart, CompilerCrash, and `aten::<op>` for each op
+FallbackOps, CompileWorkerStart, CompilerCrash, CompileRetry (a graph compiled
+again after its worker crashed), and `aten::<op>` for each op
 that ran with eager fallback. Timers: CompileTime, ExecuteTime, TraceTime
 (seconds, with sample counts, totals and percentiles over the last
 `SAMPLES` samples). One `Metrics` per session (lazymlir/session.py);

@@ -148,3 +148,37 @@ def test_a_kernel_error_inside_a_cpp_autograd_node_raises_it():
     assert "ALIVE 6.0" in done.stdout, done.stdout
     assert "device guard" not in done.stderr, done.stderr  # the C++ guard built
 
+
+
+def test_a_transient_compiler_crash_is_retried_once(monkeypatch, no_fallbacks):
+    # A compile worker killed from outside (the OOM killer on a loaded machine) looks
+    # like a compiler crash: the graph compiles again in a fresh worker instead of
+    # being split into pieces that run with eager fallback.
+    from lazymlir.execution import executor
+
+    real, crashes = executor._worker_request, []
+
+    def crash_once(current, kind, payload):
+        if kind == "compile" and not crashes:
+            crashes.append(payload["key"])
+            raise lazymlir.CompilerCrashError("the MLIR compiler crashed (SIGKILL)")
+        return real(current, kind, payload)
+
+    monkeypatch.setattr(executor, "_worker_request", crash_once)
+    metrics.reset()
+    x = torch.arange(5.0)
+    got = (x.to(DEVICE) * 3 + 0.25).exp().cpu()
+    torch.testing.assert_close(got, (x * 3 + 0.25).exp())
+    assert crashes and metrics.counter("CompileRetry") == 1
+    assert metrics.fallback_ops() == {}
+
+
+def test_a_compile_that_crashes_twice_is_a_compile_error(monkeypatch, no_fallbacks):
+    from lazymlir.execution import executor
+
+    def always_crash(current, kind, payload):
+        raise lazymlir.CompilerCrashError("the MLIR compiler crashed (SIGSEGV)")
+
+    monkeypatch.setattr(executor, "_worker_request", always_crash)
+    with pytest.raises(lazymlir.CompileError, match="SIGSEGV"):
+        (torch.arange(7.0).to(DEVICE) * 5 - 0.5).sin().cpu()
