@@ -8,6 +8,7 @@ PyTorch's functionalization before it reaches the tracer.
 
 from __future__ import annotations
 
+import copy
 import warnings
 
 import torch
@@ -271,6 +272,38 @@ def _install_host_copy() -> None:
     torch.Tensor.copy_ = copy_
 
 
+def _install_deepcopy() -> None:
+    """`copy.deepcopy` of a lazy_mlir tensor is a lazy clone (no sync), as PyTorch does
+    for XLA and lazy tensors; aliasing between copied views is not kept (the same there).
+
+    A FunctionalTensorWrapper reports a storage, so PyTorch's `__deepcopy__` took the
+    storage path and cloned a storage with a null data pointer: `copy.deepcopy(model)`
+    with buffers on the device (an EMA model, a best-checkpoint copy) killed the process
+    with SIGSEGV. Parameters and subclasses already clone, through their own paths."""
+    original = torch.Tensor.__deepcopy__
+    if getattr(original, "_lazymlir", False):
+        return
+
+    def __deepcopy__(self, memo):
+        if type(self) is not torch.Tensor or self.device.type != NAME or not self.is_leaf:
+            return original(self, memo)  # (a non-leaf raises PyTorch's own error)
+        if id(self) in memo:
+            return memo[id(self)]
+        with torch.no_grad():
+            new = self.clone()
+        if self.requires_grad:
+            new.requires_grad_()
+        if self.grad is not None:
+            new.grad = self.grad.__deepcopy__(memo)
+        new.__dict__ = copy.deepcopy(self.__dict__, memo)
+        memo[id(self)] = new
+        return new
+
+    __deepcopy__._lazymlir = True
+    __deepcopy__.__doc__ = original.__doc__
+    torch.Tensor.__deepcopy__ = __deepcopy__
+
+
 def _install_serialization() -> None:
     """torch.save of a lazy_mlir tensor stores its values (a sync point), like XLA tensors;
     torch.load gives a lazy_mlir tensor back (or `map_location`'s device).
@@ -358,6 +391,7 @@ def register() -> None:
     module_moves.install()
     _install_host_copy()
     _install_serialization()
+    _install_deepcopy()
     dlpack.install()
     _registered = True
     device_guard.check_autograd_queues(NAME)

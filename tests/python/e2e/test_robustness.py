@@ -182,6 +182,44 @@ def test_save_and_load_with_map_location(tmp_path):
     assert_same(state["weight"].cpu(), model.weight.detach().cpu())
 
 
+DEEPCOPY_CHILD = textwrap.dedent("""
+    import copy, torch, lazymlir
+
+    def run(device):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.BatchNorm1d(6),
+                                    torch.nn.Linear(6, 2)).to(device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        x = torch.randn(5, 4)
+        model(x.to(device)).square().mean().backward()
+        opt.step()  # no sync: parameters, grads and BatchNorm buffers are pending
+        plain = model[1].running_mean * 1
+        ema = copy.deepcopy(model)  # an EMA model / a best-checkpoint copy
+        copied = copy.deepcopy({"t": plain, "again": plain})
+        with torch.no_grad():
+            for p in model.parameters():
+                p.mul_(0.5)  # the copies must not see this
+        assert copied["t"] is copied["again"]  # the memo: one copy of one tensor
+        return [t.detach().cpu() for t in [*ema.state_dict().values(), copied["t"],
+                                           *model.state_dict().values()]]
+
+    got, want = run("lazy_mlir"), run("cpu")
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
+    print("OK")
+""")
+
+
+def test_deepcopy_of_a_model_with_pending_buffers():
+    # A lazy tensor's deepcopy took PyTorch's storage path and cloned a null data pointer:
+    # the process died with SIGSEGV. In a subprocess, so a crash is a failure, not an abort.
+    done = subprocess.run([sys.executable, "-c", DEEPCOPY_CHILD], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip().endswith("OK"), \
+        (done.returncode, done.stdout[-2000:], done.stderr[-3000:])
+
+
 @pytest.mark.parametrize("make, what", [
     (lambda: torch.eye(3).to_sparse(), "sparse_coo"),
     (lambda: torch.ones(3, dtype=torch.float8_e4m3fn), "float8_e4m3fn"),
