@@ -213,6 +213,20 @@ def _copy_from(self, dst, non_blocking=False):
     return dst
 
 
+def _local_scalar_dense(self):
+    """`.item()` when the Functionalize key is excluded: `torch.tensor([t[0], t[1]])`
+    reads each 0-d lazy tensor that way (as it reads CUDA scalars), and without this
+    kernel raised "Could not run 'aten::_local_scalar_dense' ... 'lazy_mlir' backend"."""
+    # Every key above the backend is excluded here; the read needs functionalization
+    # (to apply pending in-place updates of the base) and the tracer (Python key).
+    keys = torch._C.DispatchKey
+    excluded = torch._C._dispatch_tls_local_exclude_set()
+    for key in (keys.Functionalize, keys.Python, keys.PythonTLSSnapshot):
+        excluded = excluded.remove(key)
+    with torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), excluded):
+        return self.item()
+
+
 def _install_printing() -> None:
     """print()/repr() of a lazy_mlir tensor shows its values, like eager and PyTorch/XLA.
 
@@ -385,6 +399,7 @@ def register() -> None:
     _library.impl("eye", _eye, "PrivateUse1")
     _library.impl("eye.m", _eye_m, "PrivateUse1")
     _library.impl("_copy_from", _copy_from, "PrivateUse1")
+    _library.impl("_local_scalar_dense", _local_scalar_dense, "PrivateUse1")
     _library.impl("empty_quantized", _empty_quantized, "QuantizedPrivateUse1")
     _install_printing()
     autocast.install()

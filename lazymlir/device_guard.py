@@ -14,6 +14,10 @@ without an active exception", seen with CTC loss's backward; gdb shows
 into failed values where the op has a meta kernel; under PyTorch's guard the
 others end the process or surface as a `SystemError`.
 
+The library also registers the device's allocator, which refuses to allocate:
+without one, PyTorch dereferenced a null allocator where code asks for device
+memory (a storage made or cloned on the device), ending the process.
+
 This guard answers what PyTorch's does (one device, index 0, the default
 stream, no events) without calling Python, so the error reaches the user as
 the exception it is. It is compiled once per machine (about 1.5 s) with the
@@ -40,7 +44,9 @@ LIBRARY_STEM = "liblazymlir_device_guard"
 
 SOURCE = r"""
 // Device guard of the lazy_mlir device (PrivateUse1): lazymlir/device_guard.py.
+#include <c10/core/Allocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/util/Exception.h>
 
 namespace {
 
@@ -75,10 +81,30 @@ struct LazyMlirGuard final : public c10::impl::DeviceGuardImplInterface {
   void synchronizeStream(const Stream&) const override {}
 };
 
+// Lazy tensors have no device memory, so nothing may allocate some. Without an
+// allocator PyTorch dereferenced a null one: `torch.UntypedStorage(n, device=
+// "lazy_mlir")` and `t.untyped_storage().clone()` killed the process (SIGSEGV).
+constexpr const char* kNoMemory =
+    "lazy_mlir tensors have no device memory to allocate, copy or address directly "
+    "(their values live in compiled graphs); bring the tensor to the host with .cpu() "
+    "and use its storage there";
+
+struct LazyMlirAllocator final : public c10::Allocator {
+  c10::DataPtr allocate(size_t n) override {
+    TORCH_CHECK(n == 0, kNoMemory);
+    return c10::DataPtr(nullptr, Device(kLazy, 0));
+  }
+  void copy_data(void*, const void*, std::size_t count) const override {
+    TORCH_CHECK(count == 0, kNoMemory);
+  }
+};
+
 }  // namespace
 
 // 1: registered; 0: PrivateUse1 has a guard already (which stays).
 extern "C" int lazymlir_register_device_guard() {
+  static LazyMlirAllocator allocator;
+  if (c10::GetAllocator(kLazy) == nullptr) c10::SetAllocator(kLazy, &allocator);
   if (c10::impl::hasDeviceGuardImpl(kLazy)) return 0;
   static LazyMlirGuard guard;
   c10::impl::registerDeviceGuard(kLazy, &guard);

@@ -207,17 +207,40 @@ DEEPCOPY_CHILD = textwrap.dedent("""
     assert len(got) == len(want)
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w)
+    # Device memory that does not exist: an error, not a null allocator (SIGSEGV).
+    for make in (lambda: torch.arange(3.0).to("lazy_mlir").untyped_storage().clone(),
+                 lambda: torch.UntypedStorage(8, device="lazy_mlir")):
+        try:
+            make()
+            raise AssertionError("no error")
+        except RuntimeError as error:
+            assert "no device memory" in str(error) and ".cpu()" in str(error), error
     print("OK")
 """)
 
 
 def test_deepcopy_of_a_model_with_pending_buffers():
     # A lazy tensor's deepcopy took PyTorch's storage path and cloned a null data pointer:
-    # the process died with SIGSEGV. In a subprocess, so a crash is a failure, not an abort.
+    # the process died with SIGSEGV (and so did any storage made on the device). In a subprocess, so a crash is a failure, not an abort.
     done = subprocess.run([sys.executable, "-c", DEEPCOPY_CHILD], capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0 and done.stdout.strip().endswith("OK"), \
         (done.returncode, done.stdout[-2000:], done.stderr[-3000:])
+
+
+def test_a_tensor_built_from_lazy_scalars():
+    # torch.tensor([...]) reads each 0-d tensor with the Functionalize key excluded:
+    # "Could not run 'aten::_local_scalar_dense' ... 'lazy_mlir' backend" before.
+    def build(t, i):
+        t = t * 2
+        t.add_(1)  # an in-place update the read must see
+        return torch.tensor([t[0], t[2], i[1]]), torch.tensor([[t[1]], [i[0]]])
+
+    t, i = torch.arange(3.0), torch.tensor([4, 5])
+    want = build(t, i)
+    got = build(t.to(DEVICE), i.to(DEVICE))
+    assert_same(list(got), list(want))
+    assert_no_fallback()
 
 
 @pytest.mark.parametrize("make, what", [
