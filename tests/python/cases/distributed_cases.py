@@ -179,6 +179,18 @@ def device_index(rank: int, world: int) -> dict:
     return {"devices": devices, "ddp_error": error, "raised": raised}
 
 
+def no_cpu_backend(rank: int, world: int) -> dict:
+    """A group with no CPU backend (as an NCCL-only group; gloo stands in for NCCL on
+    this CPU build) refuses a collective on lazy tensors, naming what to use instead."""
+    group = dist.new_group(backend="cuda:gloo")
+    try:
+        dist.all_reduce(torch.ones(2).to(L), group=group)
+        raised = None
+    except lazymlir.UnsupportedOperationError as error:
+        raised = str(error)
+    return {"raised": raised}
+
+
 def functional_compiled(rank: int, world: int) -> dict:
     """Functional collectives inside torch.compile(backend="lazymlir"), under
     LAZYMLIR_FALLBACK=error (set by main for the compiled checks)."""
@@ -245,6 +257,7 @@ def main() -> None:
     checks = {
         "collectives": lambda: collectives(rank, world),
         "device_index": lambda: device_index(rank, world),
+        "no_cpu_backend": lambda: no_cpu_backend(rank, world),
         "ddp_sgd": lambda: ddp_lazy(rank, world, "sgd", bucket_view=False,
                                     accumulate=False),
         "ddp_adamw_bucket_view": lambda: ddp_lazy(rank, world, "adamw", bucket_view=True,

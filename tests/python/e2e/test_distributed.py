@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from conftest import CASES_DIR
+from lazymlir.support.settings import default_compile_workers
 from lazymlir.targets import cuda
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -41,8 +42,8 @@ TARGET_SETTINGS = ("LAZYMLIR_TARGET", "LAZYMLIR_CUDA_DRIVER", "LAZYMLIR_RUNTIME_
 def _env(**extra) -> dict:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("LAZYMLIR_") or k in TARGET_SETTINGS}
-    # Each rank's compiles stay its own (no shared disk cache).
-    return dict(env, LAZYMLIR_CACHE_DIR="off", OMP_NUM_THREADS="1", **extra)
+    # Each rank's compiles stay its own (no shared disk cache) unless `extra` names one.
+    return {**env, "LAZYMLIR_CACHE_DIR": "off", "OMP_NUM_THREADS": "1", **extra}
 
 
 # The checks of cases/distributed_cases.py each test reads; the ranks run only those
@@ -50,6 +51,7 @@ def _env(**extra) -> dict:
 CHECKS = {
     "test_every_c10d_collective_on_lazy_tensors_equals_eager": ["collectives"],
     "test_lazy_mlir_local_rank_index_names_the_process_device": ["device_index"],
+    "test_a_group_without_a_cpu_backend_says_what_to_use": ["no_cpu_backend"],
     "test_ddp_on_lazy_mlir_equals_one_process_on_the_whole_batch":
         ["ddp_sgd", "ddp_adamw_bucket_view"],
     "test_functional_collectives_in_a_compiled_graph": ["functional_compiled"],
@@ -59,12 +61,13 @@ CHECKS = {
 }
 
 
-def _run_ranks(checks: list[str], world: int = 2) -> list[dict]:
+def _run_ranks(checks: list[str], world: int = 2, cache_dir: str = "off") -> list[dict]:
     port = str(_free_port())
     # LOCAL_RANK as torchrun sets it: the checks use lazy_mlir:<LOCAL_RANK>.
     procs = [subprocess.Popen([sys.executable, str(CASES_DIR / "distributed_cases.py"),
                                str(rank), str(world), port, ",".join(checks)],
-                              env=_env(LOCAL_RANK=str(rank)), text=True,
+                              env=_env(LOCAL_RANK=str(rank), LAZYMLIR_CACHE_DIR=cache_dir),
+                              text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
              for rank in range(world)]
     outputs = []
@@ -131,6 +134,15 @@ def test_lazy_mlir_local_rank_index_names_the_process_device(ranks):
         assert f"lazy_mlir:{2 + rank} is not this process's device" in check["raised"], check
 
 
+@pytest.mark.emulator
+def test_a_group_without_a_cpu_backend_says_what_to_use(ranks):
+    """NCCL on device buffers is not supported yet: an NCCL-only group's collective on
+    lazy tensors raises an error naming gloo and cpu:gloo,cuda:nccl."""
+    for result in ranks:
+        raised = result["no_cpu_backend"]["raised"]
+        assert raised and "cpu:gloo,cuda:nccl" in raised and "c10d::allreduce_" in raised, raised
+
+
 def test_lazy_mlir_index_in_one_process_and_the_gpu_of_a_local_rank(monkeypatch):
     """Outside a launcher only index 0 names the device; on the cuda target (real
     driver) a process's GPU is its LOCAL_RANK's, modulo the GPUs it sees."""
@@ -190,3 +202,26 @@ def test_the_readme_torchrun_example(tmp_path):
                           timeout=TIMEOUT, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     assert done.stdout.count("rank 0 step 2 loss") == 1, done.stdout
+
+
+def test_compile_workers_per_rank_share_the_machine_cores():
+    for cores, local_world, workers in ((16, None, 2), (16, "4", 2), (2, "2", 1), (2, None, 2),
+                                        (8, "8", 1), (1, None, 1), (4, "x", 2)):
+        environ = {} if local_world is None else {"LOCAL_WORLD_SIZE": local_world}
+        assert default_compile_workers(cores, environ) == workers, (cores, local_world)
+
+
+@pytest.mark.slow
+def test_ranks_sharing_one_disk_cache(tmp_path):
+    """Two ranks, one LAZYMLIR_CACHE_DIR. Cold: both compile the same graphs at once
+    (the first entry written stays; test_disk_cache.py's concurrent-fill tests cover
+    the folder), both right. Warm: a second run compiles nothing on either rank."""
+    cache = str(tmp_path / "cache")
+    cold = _run_ranks(["ddp_sgd"], cache_dir=cache)
+    warm = _run_ranks(["ddp_sgd"], cache_dir=cache)
+    for run in (cold, warm):
+        assert all(r["ddp_sgd"]["error"] < 1e-5 for r in run), run
+    assert all(sum(r["ddp_sgd"]["compiles"]) > 0 for r in cold), cold
+    assert all(sum(r["ddp_sgd"]["compiles"]) == 0 for r in warm), warm
+    staging = [p for p in Path(cache).rglob(".*") if p.is_dir()]
+    assert not staging, staging
