@@ -8,9 +8,10 @@ FSDP2 (`fully_shard`) keeps its sharded parameters as DTensors, whose ops run th
 local ops below functionalization (they fail on lazy tensors), frees each
 parameter's storage after use and allocates it again before the next
 (`untyped_storage().resize_`), and compares storage data pointers: lazy values have
-no storage to free or compare (docs/distributed.md: FSDP2). On a lazy_mlir mesh its first forward raises an error saying what
-to use instead (DDP on lazy_mlir, or FSDP2 on CPU tensors compiled with
-torch.compile(backend="lazymlir")) rather than fail somewhere inside.
+no storage to free or compare (docs/distributed.md: FSDP2). On a lazy_mlir mesh
+its first forward raises an error saying what to use instead (DDP on lazy_mlir, or
+FSDP2 on CPU tensors compiled with torch.compile(backend="lazymlir")) rather than
+fail somewhere inside.
 """
 
 from __future__ import annotations
