@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import socket
@@ -43,6 +44,17 @@ def _model(widths, seed=0) -> torch.nn.Module:
     for i, (a, b) in enumerate(zip(widths, widths[1:])):
         layers += [torch.nn.Linear(a, b)] + ([torch.nn.ReLU()] if i < len(widths) - 2 else [])
     return torch.nn.Sequential(*layers)
+
+
+def _step(model, opt, x, y, mark_step=None) -> float:
+    """One DDP training step; the loss read at the end (a lazy step's graphs have run)."""
+    opt.zero_grad()
+    loss = F.mse_loss(model(x), y)
+    loss.backward()
+    opt.step()
+    if mark_step is not None:
+        mark_step()
+    return loss.item()
 
 
 def _rank_main(rank: int, world: int, port: int, only: list[str], calls: int) -> None:
@@ -79,21 +91,8 @@ def _rank_main(rank: int, world: int, port: int, only: list[str], calls: int) ->
             torch.randn(batch, widths[-1], generator=generator)
         xl, yl = x.to("lazy_mlir"), y.to("lazy_mlir")
 
-        def eager_step():
-            eager_opt.zero_grad()
-            loss = F.mse_loss(eager(x), y)
-            loss.backward()
-            eager_opt.step()
-            return loss.item()
-
-        def lazy_step():
-            lazy_opt.zero_grad()
-            loss = F.mse_loss(lazy(xl), yl)
-            loss.backward()
-            lazy_opt.step()
-            lazymlir.mark_step()
-            return loss.item()
-
+        eager_step = functools.partial(_step, eager, eager_opt, x, y)
+        lazy_step = functools.partial(_step, lazy, lazy_opt, xl, yl, lazymlir.mark_step)
         for _ in range(4):  # compiles, DDP's bucket rebuild
             eager_step()
             lazy_step()
