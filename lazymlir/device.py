@@ -13,7 +13,7 @@ import warnings
 
 import torch
 
-from . import autocast, device_guard, dlpack, module_moves, session, streams
+from . import autocast, device_guard, device_index, dlpack, module_moves, session, streams
 from .execution import executor
 from .tracing import device_rules, tracer
 from .tracing.materialize import mark_step, to_cpu
@@ -48,6 +48,12 @@ class _DeviceModule:
     @staticmethod
     def current_device() -> int:
         return 0
+
+    @staticmethod
+    def set_device(device) -> None:
+        """`set_device(local_rank)` as for CUDA: the process's one device (device_index.py)."""
+        device_index.check(torch.device(NAME, device) if isinstance(device, int)
+                           else torch.device(device))
 
     @staticmethod
     def synchronize(device=None) -> None:
@@ -135,6 +141,7 @@ def _factory_node(op, args, kwargs, shape, dtype) -> LazyTensor:
 
 def _empty_memory_format(size, dtype=None, layout=None, device=None, pin_memory=None,
                          memory_format=None):
+    device_index.check(device)
     dtype = dtype or torch.get_default_dtype()
     inner = _factory_node(torch.ops.aten.empty.memory_format, (list(size),), {"dtype": dtype},
                           size, dtype)
@@ -142,12 +149,14 @@ def _empty_memory_format(size, dtype=None, layout=None, device=None, pin_memory=
 
 
 def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
+    device_index.check(device)
     # Lazy values are dense; strides of the result are the contiguous ones.
     return _empty_memory_format(size, dtype=dtype)
 
 
 def _arange_start_step(start, end, step=1, dtype=None, layout=None, device=None,
                        pin_memory=None):
+    device_index.check(device)
     meta = torch.arange(start, end, step, dtype=dtype, device="meta")
     inner = _factory_node(torch.ops.aten.arange.start_step, (start, end, step),
                           {"dtype": meta.dtype}, meta.shape, meta.dtype)
@@ -155,11 +164,11 @@ def _arange_start_step(start, end, step=1, dtype=None, layout=None, device=None,
 
 
 def _arange(end, dtype=None, layout=None, device=None, pin_memory=None):
-    return _arange_start_step(0, end, 1, dtype=dtype)
+    return _arange_start_step(0, end, 1, dtype=dtype, device=device)
 
 
 def _arange_start(start, end, dtype=None, layout=None, device=None, pin_memory=None):
-    return _arange_start_step(start, end, 1, dtype=dtype)
+    return _arange_start_step(start, end, 1, dtype=dtype, device=device)
 
 
 def _arange_out(start, end, step=1, *, out):
@@ -188,13 +197,14 @@ _PRIMS_VIEWS = {
 
 
 def _eye_m(n, m, dtype=None, layout=None, device=None, pin_memory=None):
+    device_index.check(device)
     dtype = dtype or torch.get_default_dtype()
     inner = _factory_node(torch.ops.aten.eye.m, (n, m), {"dtype": dtype}, (n, m), dtype)
     return _wrap(inner)
 
 
 def _eye(n, dtype=None, layout=None, device=None, pin_memory=None):
-    return _eye_m(n, n, dtype=dtype)
+    return _eye_m(n, n, dtype=dtype, device=device)
 
 
 def _copy_from(self, dst, non_blocking=False):

@@ -129,6 +129,26 @@ def _normalized(schema, args, kwargs) -> list:
     return full
 
 
+NO_CPU_BACKEND = (
+    "{op}: the process group has no CPU backend (NCCL only?). Collectives on lazy_mlir "
+    "tensors run on host copies through the group's CPU backend; NCCL on device buffers "
+    "is not supported yet. Make the group with init_process_group() or backend='gloo', "
+    "or backend='cpu:gloo,cuda:nccl' to keep NCCL for CUDA tensors.")
+
+
+def run_on_host(op, *args, **kwargs):
+    """`op` on host tensors; a group without a CPU backend (an NCCL group) raises an
+    error saying what to use instead of c10d's "No backend type associated with device
+    type cpu"."""
+    try:
+        return op(*args, **kwargs)
+    except RuntimeError as error:
+        if "No backend type associated with device type cpu" in str(error):
+            raise UnsupportedOperationError(
+                NO_CPU_BACKEND.format(op=op._schema.name)) from error
+        raise
+
+
 def _wait(result) -> None:
     """Wait for the Work an op returned (boxed, as a TorchScript object)."""
     for item in result if isinstance(result, tuple) else (result,):
@@ -151,7 +171,7 @@ def _kernel(op, written: tuple[int, ...]):
         host = to_host(tensors)
         session.current().metrics.inc("Collective")
         host_args = [_map(lambda t: host.get(id(t), t), a) for a in args]
-        result = op(*host_args)
+        result = run_on_host(op, *host_args)
         _wait(result)
         with torch.no_grad():
             for position in written:
@@ -194,7 +214,7 @@ def _functional_route(op):
         session.current().metrics.inc("Collective")
         host_args = [_map(lazy_to_host, a) for a in args]
         host_kwargs = {k: _map(lazy_to_host, v) for k, v in kwargs.items()}
-        result = op(*host_args, **host_kwargs)
+        result = run_on_host(op, *host_args, **host_kwargs)
         return _map(lambda t: constant(torch.ops._c10d_functional.wait_tensor(t)), result)
     return run
 

@@ -4,12 +4,14 @@ PyTorch's `init_device_mesh` refuses the device name (its check takes the
 underscore for a device index); `init_device_mesh` here builds the same
 `DeviceMesh` directly.
 
-FSDP2 (`fully_shard`) frees each parameter's storage after use and allocates it
-again before the next (`untyped_storage().resize_`), and all-gathers into views of
-one flat buffer that it then hands out as parameters: lazy values have no storage
-to free or share. On a lazy_mlir mesh its first forward raises an error saying what
-to use instead (DDP on lazy_mlir, or FSDP2 on CPU tensors compiled with
-torch.compile(backend="lazymlir")) rather than fail somewhere inside.
+FSDP2 (`fully_shard`) keeps its sharded parameters as DTensors, whose ops run their
+local ops below functionalization (they fail on lazy tensors), frees each
+parameter's storage after use and allocates it again before the next
+(`untyped_storage().resize_`), and compares storage data pointers: lazy values have
+no storage to free or compare (docs/distributed.md: FSDP2). On a lazy_mlir mesh
+its first forward raises an error saying what to use instead (DDP on lazy_mlir, or
+FSDP2 on CPU tensors compiled with torch.compile(backend="lazymlir")) rather than
+fail somewhere inside.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ from ..support.errors import UnsupportedOperationError
 
 NAME = "lazy_mlir"
 FSDP2_ERROR = (
-    "FSDP2 (fully_shard) is not supported on lazy_mlir: it frees and re-allocates "
-    "parameter storage, which lazy tensors do not have. Use "
+    "FSDP2 (fully_shard) is not supported on lazy_mlir: its sharded parameters are "
+    "DTensors, whose ops do not run on lazy tensors yet, and it frees and re-allocates "
+    "parameter storage, which lazy tensors do not have (docs/distributed.md). Use "
     "DistributedDataParallel on the lazy_mlir model, or fully_shard the model on CPU "
     "tensors and compile it with torch.compile(backend='lazymlir').")
 

@@ -15,8 +15,18 @@ _CUDA_DRIVERS = ("real", "emulator", "fake")
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 _FALLBACK = ("warn", "silent", "error")
 _CPU_VECTOR_ISAS = ("avx512", "avx2")
-# Two: a training step's forward and backward. One on a one-core machine.
-_DEFAULT_COMPILE_WORKERS = min(2, os.cpu_count() or 1)
+
+
+def default_compile_workers(cores: int | None = None, environ=os.environ) -> int:
+    """Two: a training step's forward and backward. One on a one-core machine. The
+    processes a launcher starts on one machine (torchrun's LOCAL_WORLD_SIZE, e.g. one
+    per GPU) share its cores: each gets its part."""
+    local = environ.get("LOCAL_WORLD_SIZE", "")
+    ranks = int(local) if local.strip().isdigit() and int(local) > 0 else 1
+    return max(1, min(2, (cores or os.cpu_count() or 1) // ranks))
+
+
+_DEFAULT_COMPILE_WORKERS = default_compile_workers()
 _BOOLS = {"1": True, "true": True, "yes": True, "on": True,
           "0": False, "false": False, "no": False, "off": False}
 

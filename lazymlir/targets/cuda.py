@@ -21,6 +21,7 @@ and stream rules.
 from __future__ import annotations
 
 import json
+import os
 from functools import cache
 from pathlib import Path
 
@@ -40,12 +41,25 @@ def _runtime_or_error(runtime_lib: str | None = None, driver: str = "real"):
         raise ValueError(f"unknown CUDA driver {driver!r}; use {', '.join(DRIVERS)}")
     try:
         runtime = CudaRuntime.create(library=runtime_lib, fake=driver == "fake",
-                                     emulator=driver == "emulator")
+                                     emulator=driver == "emulator",
+                                     ordinal=local_ordinal(driver, runtime_lib))
         if runtime.device_count() < 1:
             return None, "the CUDA driver reports no devices"
         return runtime, None
     except (ImportError, OSError, RuntimeError) as error:
         return None, str(error)
+
+
+def local_ordinal(driver: str = "real", runtime_lib: str | None = None) -> int:
+    """The GPU of this process: LOCAL_RANK's in a process torchrun started (modulo the
+    GPUs the driver sees, as DeviceMesh's fallback picks: 0 when each rank sees one,
+    e.g. CUDA_VISIBLE_DEVICES set per rank), else GPU 0. The emulator and fake drivers
+    have one device."""
+    rank = os.environ.get("LOCAL_RANK", "")
+    if driver != "real" or not rank.strip().isdigit():
+        return 0
+    cuda_driver.load_library(runtime_lib)
+    return int(rank) % max(cuda_driver.device_count(), 1)
 
 
 def unavailable_reason(runtime_lib: str | None = None, driver: str = "real") -> str | None:

@@ -643,27 +643,52 @@ def _merge(lowered: list[str], context) -> tuple[list[str], list[int]]:
     A symbol defined twice the same way (a declaration of `expf`, a constant two kernels
     read) is kept once; a module whose symbol differs from one already in a group starts
     or joins another group."""
-    groups: list[tuple[dict[str, str], list[str]]] = []  # (symbol -> op text, op texts)
+    # (symbol -> op text, op texts, dense_resource blob entries)
+    groups: list[tuple[dict[str, str], list[str], dict[str, str]]] = []
     owner = []
     for text in lowered:
         with context:
+            parsed = ir.Module.parse(text)
             ops = [(ir.StringAttr(op.attributes["sym_name"]).value
                     if "sym_name" in op.attributes else None, str(op))
-                   for op in ir.Module.parse(text).body.operations]
-        fits = (g for g, (symbols, _) in enumerate(groups)
+                   for op in parsed.body.operations]
+            blobs = _resource_blobs(parsed) if "dense_resource<" in text else {}
+        fits = (g for g, (symbols, _, _) in enumerate(groups)
                 if all(name is None or symbols.get(name, op) == op for name, op in ops))
         g = next(fits, None)
         if g is None:
-            groups.append(({}, []))
+            groups.append(({}, [], {}))
             g = len(groups) - 1
-        symbols, body = groups[g]
+        symbols, body, resources = groups[g]
         for name, op in ops:
             if name is None or name not in symbols:
                 body.append(op)
             if name is not None:
                 symbols[name] = op
+        resources.update(blobs)
         owner.append(g)
-    return ["module {\n" + "\n".join(body) + "\n}\n" for _, body in groups], owner
+    return ["module {\n" + "\n".join(body) + "\n}\n" + _resource_section(resources)
+            for _, body, resources in groups], owner
+
+
+_BLOB = re.compile(r'^\s*([^\s:]+): "(0x[0-9A-Fa-f]*)"', re.M)
+
+
+def _resource_blobs(module: ir.Module) -> dict[str, str]:
+    """The dense_resource blobs a module's constants name (torch-mlir imports tensor
+    constants, e.g. an as_strided's indices, as such). An op printed on its own names
+    its blob but does not carry it, and parsing renames a key the context holds
+    already: the names are read from this module's own printed form."""
+    asm = module.operation.get_asm(enable_debug_info=False)
+    start = asm.find("{-#")
+    return dict(_BLOB.findall(asm[start:])) if start >= 0 else {}
+
+
+def _resource_section(resources: dict[str, str]) -> str:
+    if not resources:
+        return ""
+    entries = ",\n".join(f"      {key}: \"{blob}\"" for key, blob in resources.items())
+    return "{-#\n  dialect_resources: {\n    builtin: {\n" + entries + "\n    }\n  }\n#-}\n"
 
 
 def emulator_images_from_text(text: str, verify: bool = False) -> list[tuple[str, bytes]]:

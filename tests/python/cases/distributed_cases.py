@@ -1,6 +1,7 @@
 """One rank of the torch.distributed checks (tests/python/e2e/test_distributed.py).
 
-Run as `python distributed_cases.py RANK WORLD_SIZE PORT`: joins a gloo group on
+Run as `python distributed_cases.py RANK WORLD_SIZE PORT [CHECK,...]` (LOCAL_RANK set,
+as torchrun sets it): joins a gloo group on
 127.0.0.1 (init_process_group() with no backend, as a torchrun script would), runs
 every check in order and prints `RESULT <json>`: per check, the largest difference
 from eager CPU and what else the test asserts on. Each check's eager reference runs
@@ -153,6 +154,43 @@ def ddp_lazy(rank: int, world: int, optimizer: str, bucket_view: bool, accumulat
             "compiles": compiles, "fallbacks": fallbacks}
 
 
+def device_index(rank: int, world: int) -> dict:
+    """lazy_mlir:<LOCAL_RANK>, as a CUDA script names its device under torchrun: the
+    factories, a move, set_device and DDP's device_ids (which moves the inputs there)
+    take it; another index raises."""
+    mine = torch.device(L, int(os.environ["LOCAL_RANK"]))
+    torch.lazy_mlir.set_device(mine.index)
+    devices = [str(torch.ones(2, device=mine).device), str(torch.arange(3, device=mine).device),
+               str(torch.zeros(2).to(mine).device)]
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    reference = copy.deepcopy(model)
+    ddp = DDP(model.to(mine), device_ids=[mine.index])
+    ddp(torch.ones(3, 4) * (rank + 1)).sum().backward()  # a CPU input: DDP moves it
+    # One process on both ranks' inputs: the mean of the per-rank gradients.
+    sum(reference(torch.ones(3, 4) * (r + 1)).sum() for r in range(world)).backward()
+    error = diff([p.grad for p in ddp.parameters()],
+                 [p.grad / world for p in reference.parameters()])
+    try:
+        torch.ones(2, device=f"{L}:{2 + rank}")
+        raised = None
+    except ValueError as e:
+        raised = str(e)
+    return {"devices": devices, "ddp_error": error, "raised": raised}
+
+
+def no_cpu_backend(rank: int, world: int) -> dict:
+    """A group with no CPU backend (as an NCCL-only group; gloo stands in for NCCL on
+    this CPU build) refuses a collective on lazy tensors, naming what to use instead."""
+    group = dist.new_group(backend="cuda:gloo")
+    try:
+        dist.all_reduce(torch.ones(2).to(L), group=group)
+        raised = None
+    except lazymlir.UnsupportedOperationError as error:
+        raised = str(error)
+    return {"raised": raised}
+
+
 def functional_compiled(rank: int, world: int) -> dict:
     """Functional collectives inside torch.compile(backend="lazymlir"), under
     LAZYMLIR_FALLBACK=error (set by main for the compiled checks)."""
@@ -218,6 +256,8 @@ def main() -> None:
                             world_size=world, timeout=datetime.timedelta(seconds=60))
     checks = {
         "collectives": lambda: collectives(rank, world),
+        "device_index": lambda: device_index(rank, world),
+        "no_cpu_backend": lambda: no_cpu_backend(rank, world),
         "ddp_sgd": lambda: ddp_lazy(rank, world, "sgd", bucket_view=False,
                                     accumulate=False),
         "ddp_adamw_bucket_view": lambda: ddp_lazy(rank, world, "adamw", bucket_view=True,

@@ -40,6 +40,10 @@ CASES = {
     "chunk_middle": (lambda x: x.chunk(3, 1)[1] * 1.5, lambda: (torch.randn(6, 24),), "randn"),
     "qkv_split": (lambda x: (lambda q, k, v: q * k + v)(*x.chunk(3, -1)),
                   lambda: (torch.randn(5, 3 * 20),), "randn"),
+    # A strided read as_strided cannot take as a view gathers with constant indices
+    # (dense_resource constants in the module, which the merged CPU build must carry).
+    "as_strided_gather": (lambda x: (x * 2).as_strided((4, 4), (1, 8), 2) + 1,
+                          lambda: (torch.randn(4, 8),), "randn"),
     "transpose_add": (lambda x, y: x.t() + y, lambda: (torch.randn(11, 7), torch.randn(7, 11)),
                       "randn"),
     "sum_dim": (lambda x: x.sum(dim=1), lambda: (torch.randn(30, 1000),), "randn"),

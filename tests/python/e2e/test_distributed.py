@@ -18,11 +18,15 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from conftest import CASES_DIR
+from lazymlir.support.settings import default_compile_workers
+from lazymlir.targets import cuda
 
 ROOT = Path(__file__).resolve().parents[3]
-TIMEOUT = 400
+# Under the emulator driver every kernel runs on the CPU: the DDP checks take minutes.
+TIMEOUT = 1500 if os.environ.get("LAZYMLIR_CUDA_DRIVER") == "emulator" else 400
 
 
 def _free_port() -> int:
@@ -31,16 +35,40 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _env() -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LAZYMLIR_")}
-    # Each rank's compiles stay its own (no shared disk cache); cpu target.
-    return dict(env, LAZYMLIR_TARGET="cpu", LAZYMLIR_CACHE_DIR="off", OMP_NUM_THREADS="1")
+# The target this run's device suites use (scripts/test.sh's emulator pass sets
+# LAZYMLIR_TARGET=cuda LAZYMLIR_CUDA_DRIVER=emulator): the ranks run on it too.
+TARGET_SETTINGS = ("LAZYMLIR_TARGET", "LAZYMLIR_CUDA_DRIVER", "LAZYMLIR_RUNTIME_LIB")
 
 
-def _run_ranks(world: int = 2) -> list[dict]:
+def _env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("LAZYMLIR_") or k in TARGET_SETTINGS}
+    # Each rank's compiles stay its own (no shared disk cache) unless `extra` names one.
+    return {**env, "LAZYMLIR_CACHE_DIR": "off", "OMP_NUM_THREADS": "1", **extra}
+
+
+# The checks of cases/distributed_cases.py each test reads; the ranks run only those
+# of the selected tests (the emulator pass selects the cheap ones).
+CHECKS = {
+    "test_every_c10d_collective_on_lazy_tensors_equals_eager": ["collectives"],
+    "test_lazy_mlir_local_rank_index_names_the_process_device": ["device_index"],
+    "test_a_group_without_a_cpu_backend_says_what_to_use": ["no_cpu_backend"],
+    "test_ddp_on_lazy_mlir_equals_one_process_on_the_whole_batch":
+        ["ddp_sgd", "ddp_adamw_bucket_view"],
+    "test_functional_collectives_in_a_compiled_graph": ["functional_compiled"],
+    "test_compiled_ddp_equals_one_process_on_the_whole_batch":
+        [f"ddp_compiled_{m}" for m in ("ddp_optimizer", "no_optimization", "python_reducer")],
+    "test_fsdp2_on_lazy_mlir_raises_what_to_use_instead": ["fsdp2_lazy"],
+}
+
+
+def _run_ranks(checks: list[str], world: int = 2, cache_dir: str = "off") -> list[dict]:
     port = str(_free_port())
+    # LOCAL_RANK as torchrun sets it: the checks use lazy_mlir:<LOCAL_RANK>.
     procs = [subprocess.Popen([sys.executable, str(CASES_DIR / "distributed_cases.py"),
-                               str(rank), str(world), port], env=_env(), text=True,
+                               str(rank), str(world), port, ",".join(checks)],
+                              env=_env(LOCAL_RANK=str(rank), LAZYMLIR_CACHE_DIR=cache_dir),
+                              text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
              for rank in range(world)]
     outputs = []
@@ -62,10 +90,13 @@ def _run_ranks(world: int = 2) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def ranks():
-    return _run_ranks()
+def ranks(request):
+    selected = {item.originalname for item in request.session.items
+                if item.module is request.module}
+    return _run_ranks([c for name in CHECKS if name in selected for c in CHECKS[name]])
 
 
+@pytest.mark.emulator
 def test_every_c10d_collective_on_lazy_tensors_equals_eager(ranks):
     """Pending, computed and view inputs; all_reduce once left its tensor unchanged.
     Also funcol's functional collectives called eagerly on lazy tensors."""
@@ -92,6 +123,46 @@ def test_ddp_on_lazy_mlir_equals_one_process_on_the_whole_batch(ranks, check):
         assert ddp["compiles"][3:] == [0] * (len(ddp["compiles"]) - 3), (rank, ddp)
 
 
+@pytest.mark.emulator
+def test_lazy_mlir_local_rank_index_names_the_process_device(ranks):
+    """Under torchrun (LOCAL_RANK set), lazy_mlir:<LOCAL_RANK> is the process's device,
+    as cuda:<LOCAL_RANK> is for CUDA scripts (DDP's device_ids too); another index
+    raises."""
+    for rank, result in enumerate(ranks):
+        check = result["device_index"]
+        assert check["devices"] == ["lazy_mlir:0"] * 3, (rank, check)
+        assert check["ddp_error"] == 0, (rank, check)
+        assert f"lazy_mlir:{2 + rank} is not this process's device" in check["raised"], check
+
+
+@pytest.mark.emulator
+def test_a_group_without_a_cpu_backend_says_what_to_use(ranks):
+    """NCCL on device buffers is not supported yet: an NCCL-only group's collective on
+    lazy tensors raises an error naming gloo and cpu:gloo,cuda:nccl."""
+    for result in ranks:
+        raised = result["no_cpu_backend"]["raised"]
+        assert raised and "cpu:gloo,cuda:nccl" in raised and "c10d::allreduce_" in raised, raised
+
+
+def test_lazy_mlir_index_in_one_process_and_the_gpu_of_a_local_rank(monkeypatch):
+    """Outside a launcher only index 0 names the device; on the cuda target (real
+    driver) a process's GPU is its LOCAL_RANK's, modulo the GPUs it sees."""
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    assert torch.ones(1, device="lazy_mlir:0").device == torch.device("lazy_mlir", 0)
+    with pytest.raises(ValueError, match="name it lazy_mlir or lazy_mlir:0"):
+        torch.ones(1, device="lazy_mlir:1")
+    with pytest.raises(ValueError, match="lazy_mlir:1 is not this process's device"):
+        torch.lazy_mlir.set_device(1)
+    assert cuda.local_ordinal("real") == 0
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    monkeypatch.setattr(cuda.cuda_driver, "load_library", lambda explicit=None: None)
+    for visible, ordinal in ((8, 3), (2, 1), (1, 0)):
+        monkeypatch.setattr(cuda.cuda_driver, "device_count", lambda n=visible: n)
+        assert cuda.local_ordinal("real") == ordinal, visible
+    assert cuda.local_ordinal("emulator") == 0  # one emulated device
+
+
+@pytest.mark.emulator
 def test_functional_collectives_in_a_compiled_graph(ranks):
     """Once garbage (the output copied before its wait_tensor); LAZYMLIR_FALLBACK=error."""
     for rank, result in enumerate(ranks):
@@ -110,6 +181,7 @@ def test_compiled_ddp_equals_one_process_on_the_whole_batch(ranks, mode):
         assert all(r["ddp_compiled_python_reducer"]["collectives"] > 0 for r in ranks)
 
 
+@pytest.mark.emulator
 def test_fsdp2_on_lazy_mlir_raises_what_to_use_instead(ranks):
     for result in ranks:
         check = result["fsdp2_lazy"]
@@ -131,3 +203,26 @@ def test_the_readme_torchrun_example(tmp_path):
                           timeout=TIMEOUT, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     assert done.stdout.count("rank 0 step 2 loss") == 1, done.stdout
+
+
+def test_compile_workers_per_rank_share_the_machine_cores():
+    for cores, local_world, workers in ((16, None, 2), (16, "4", 2), (2, "2", 1), (2, None, 2),
+                                        (8, "8", 1), (1, None, 1), (4, "x", 2)):
+        environ = {} if local_world is None else {"LOCAL_WORLD_SIZE": local_world}
+        assert default_compile_workers(cores, environ) == workers, (cores, local_world)
+
+
+@pytest.mark.slow
+def test_ranks_sharing_one_disk_cache(tmp_path):
+    """Two ranks, one LAZYMLIR_CACHE_DIR. Cold: both compile the same graphs at once
+    (the first entry written stays; test_disk_cache.py's concurrent-fill tests cover
+    the folder), both right. Warm: a second run compiles nothing on either rank."""
+    cache = str(tmp_path / "cache")
+    cold = _run_ranks(["ddp_sgd"], cache_dir=cache)
+    warm = _run_ranks(["ddp_sgd"], cache_dir=cache)
+    for run in (cold, warm):
+        assert all(r["ddp_sgd"]["error"] < 1e-5 for r in run), run
+    assert all(sum(r["ddp_sgd"]["compiles"]) > 0 for r in cold), cold
+    assert all(sum(r["ddp_sgd"]["compiles"]) == 0 for r in warm), warm
+    staging = [p for p in Path(cache).rglob(".*") if p.is_dir()]
+    assert not staging, staging
