@@ -110,8 +110,11 @@ def _plan(current, target, graph: dict, key: str):
 
 
 def _instrumented(current, graph: dict):
-    """checks.py's form of `graph` (None: bounds checks are off or it needs none)."""
-    return checks.instrument(graph) if current.settings.bounds_checks else None
+    """checks.py's form of `graph` (None: bounds checks are off or it needs none; a graph
+    with symbolic sizes is taken only without guarded ops, lazymlir/dynamo_dynamic.py)."""
+    if not current.settings.bounds_checks or graph.get("symbols"):
+        return None
+    return checks.instrument(graph)
 
 
 def _cached_artifact(current, target, key: str, text: str):
@@ -160,6 +163,15 @@ def compile_ahead(graph: dict, key: str, background: bool = False) -> None:
         pool = _worker(current, background)
         current.compiles_ahead[key] = (payload, pool.submit(
             _compile_and_store, pool, payload, _disk(current), entry, text))
+
+
+def prepare(graph: dict, key: str) -> None:
+    """Compile `graph` (or take the compile started ahead) and load it now, raising a
+    CompileError instead of splitting it where the graph has symbolic sizes."""
+    current = session.current()
+    target = targets.active()
+    with current.lock:
+        _plan(current, target, graph, key)
 
 
 def compile_pending(key: str) -> bool:
@@ -215,7 +227,9 @@ def _make_plan(current, target, graph: dict, key: str):
         with current.metrics.timed("CompileTime"):
             artifact, stored = _compile(current, target, text, key)
     except CompileError as error:
-        if not fallback.allowed():
+        # A graph with symbolic sizes is not split: its caller compiles it per shape
+        # instead (lazymlir/dynamo.py).
+        if not fallback.allowed() or graph.get("symbols"):
             raise
         return _partition(current, target, original, error)
     if disk is not None and not stored:
@@ -225,7 +239,10 @@ def _make_plan(current, target, graph: dict, key: str):
 
 def _load(target, artifact, graph: dict):
     """The executable compiled from `graph` (the instrumented one, if checked)."""
-    return target.load(artifact, fx_graph.output_metas(graph), fx_graph.in_place_pairs(graph))
+    metas, pairs = fx_graph.output_metas(graph), fx_graph.in_place_pairs(graph)
+    if graph.get("symbols"):  # sizes known at run time (lowering/front/symbolic.py)
+        return target.load(artifact, metas, pairs, symbols=graph["symbols"])
+    return target.load(artifact, metas, pairs)
 
 
 # ------------------------------------------------------------- compiling

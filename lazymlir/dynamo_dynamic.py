@@ -1,0 +1,114 @@
+"""torch.compile graphs with symbolic sizes, compiled once for every size.
+
+With `dynamic=True`, `torch._dynamo.mark_dynamic`, or Dynamo's automatic dynamic
+shapes (a size that changed between calls), Dynamo hands over a graph whose sizes
+are SymInts. lazymlir/dynamo.py writes such a graph in the fx-stage form with its
+sizes as expressions over symbols (lowering/front/symbolic.py); the code compiled
+from it reads the sizes from its arguments, and the cpu target computes the output
+shapes per call. So one forward and one backward graph serve every batch size.
+
+Where that cannot be done, the graph is compiled per concrete shape instead
+(dynamo._specialize_per_shape), warned once and counted as `DynamicSpecialized`:
+the cuda target (its kernels and launch plans are built for static shapes), a graph
+with ops that bounds checks guard (lowering/front/checks.py: the check's clamps need
+the indexed size), a graph that updates its inputs, a size no input carries, or a
+compile error of the symbolic graph.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import sympy
+import torch
+from torch.utils._sympy.printers import PythonPrinter
+
+from . import session, targets
+from .execution import executor
+from .lowering.front import checks
+from .support.errors import CompileError
+
+
+class NotSymbolic(NotImplementedError):
+    """This graph cannot be compiled with symbolic sizes (the message says why)."""
+
+
+class Symbols:
+    """The size symbols of one graph: canonical names s0, s1... in the order the tensor
+    inputs carry them, where each is read at run time, and its example value."""
+
+    def __init__(self):
+        self._names: dict[sympy.Symbol, sympy.Symbol] = {}
+        self.sources: dict[str, list[int]] = {}
+        self.hints: dict[str, int] = {}
+        self._printer = PythonPrinter()
+
+    def bind(self, input_index: int, value) -> None:
+        """Name the symbols that are whole sizes of tensor input `input_index`."""
+        if not isinstance(value, torch.Tensor):
+            return
+        for dim, size in enumerate(value.shape):
+            if isinstance(size, torch.SymInt):
+                expr = size.node.expr
+                if isinstance(expr, sympy.Symbol) and expr not in self._names:
+                    name = f"s{len(self._names)}"
+                    self._names[expr] = sympy.Symbol(name, integer=True, positive=True)
+                    self.sources[name] = [input_index, dim]
+                    self.hints[name] = int(size.node.hint)
+
+    def size(self, value) -> int | str:
+        """A size as the document writes it: an int, or an expression over s0, s1..."""
+        if not isinstance(value, torch.SymInt):
+            return int(value)
+        expr = value.node.expr
+        if expr.is_number:
+            return int(expr)
+        unknown = expr.free_symbols - set(self._names)
+        if unknown:
+            raise NotSymbolic(f"size {expr} uses {sorted(map(str, unknown))}, which no "
+                              f"tensor input has as a whole dimension")
+        return self._printer.doprint(expr.xreplace(self._names))
+
+    def shape(self, value: torch.Tensor) -> list:
+        return [self.size(d) for d in value.shape]
+
+    def document(self, graph: dict) -> dict:
+        """`graph` with the symbols' sources and hints (lowering/front/symbolic.py)."""
+        if not self.sources:
+            return graph
+        if session.current().settings.bounds_checks and checks.has_guarded_ops(graph):
+            raise NotSymbolic("it indexes tensors (index and gather ops are bounds-checked "
+                              "against static sizes)")
+        return {**graph, "symbols": self.sources, "hints": self.hints}
+
+
+def is_size(value) -> bool:
+    return isinstance(value, torch.SymInt | torch.SymFloat | torch.SymBool)
+
+
+def compile_symbolic(aot_compile, specialize, gm, example_inputs):
+    """`aot_compile(gm, example_inputs, prepared)` compiles with symbolic sizes, each
+    graph handed to `prepared` (a list of (document, key)); compiled and loaded here,
+    so that a failure falls back to `specialize()` before anything ran."""
+    current = session.current()
+    target = targets.active().name
+    if target != "cpu":
+        return _fallback(specialize, f"the {target} target compiles static shapes only")
+    prepared: list = []
+    try:
+        compiled = aot_compile(gm, example_inputs, prepared)
+        for graph, key in prepared:
+            executor.prepare(graph, key)
+    except NotSymbolic as why:
+        return _fallback(specialize, str(why))
+    except CompileError as error:
+        return _fallback(specialize, f"compiling it failed: {str(error).splitlines()[0]}")
+    current.metrics.inc("DynamicGraphs", len(prepared))
+    return compiled
+
+
+def _fallback(specialize, why: str):
+    session.current().metrics.inc("DynamicSpecialized")
+    warnings.warn(f"lazymlir: a torch.compile graph with symbolic sizes is compiled once "
+                  f"per shape instead: {why}", stacklevel=4)
+    return specialize()
