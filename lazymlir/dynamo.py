@@ -42,7 +42,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from . import dynamo_dynamic, dynamo_random, session, targets
 from .distributed import compiled as compiled_collectives
 from .execution import executor
-from .lowering.front import as_strided, decompositions, fx_graph
+from .lowering.front import as_strided, decompositions, fx_graph, symbolic
 
 
 class UnsupportedGraphError(NotImplementedError):
@@ -98,9 +98,8 @@ def to_fx_stage(gm: torch.fx.GraphModule, symbols=None) -> tuple[dict, list, lis
     sizes: dict[torch.fx.Node, int | str] = {}  # symbolic: size-valued nodes
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if symbols is not None:  # name the symbols the tensor inputs carry, in their order
-        tensors = [n for n in placeholders if not dynamo_dynamic.is_size(n.meta.get("val"))]
-        for index, node in enumerate(tensors):
-            symbols.bind(index, node.meta.get("val"))
+        symbols.bind([n.meta.get("val") for n in placeholders
+                      if not dynamo_dynamic.is_size(n.meta.get("val"))])
     for node in placeholders:
         if symbols is not None and dynamo_dynamic.is_size(node.meta.get("val")):
             continue  # bound below, once every tensor input has named its symbols
@@ -162,7 +161,8 @@ def to_fx_stage(gm: torch.fx.GraphModule, symbols=None) -> tuple[dict, list, lis
                 if value is None:
                     layout.append(None)
                 elif value in sizes and value.op != "placeholder":
-                    raise UnsupportedGraphError(f"output '{value.name}' is a computed size")
+                    # a size the backward needs (a forward's saved s0*s1): run() computes it
+                    layout.append(SizeOut(sizes[value]))
                 elif _passed_through(value, updates_of):
                     layout.append(Passed(placeholders.index(value)))
                 else:
@@ -202,6 +202,11 @@ def _check_assertions(checks, outs, target, metas) -> None:
 
 class Passed(int):
     """A layout entry: `gm` returns its input of this index itself."""
+
+
+class SizeOut(str):
+    """A layout entry: `gm` returns a size, this expression over the graph's symbols
+    (lowering/front/symbolic.py), computed from the inputs' sizes at run time."""
 
 
 def _passed_through(value, updates_of) -> bool:
@@ -271,6 +276,7 @@ def _compile_real(gm: torch.fx.GraphModule, example_inputs, eager_while_compilin
     in_place = graph.get("in_place", ())
     checks = graph.get("checks", ())
     passed_inputs = sorted({i for i in layout if type(i) is Passed})
+    size_outputs = any(type(i) is SizeOut for i in layout)
     first_run = True
 
     def run(args):
@@ -292,6 +298,8 @@ def _compile_real(gm: torch.fx.GraphModule, example_inputs, eager_while_compilin
         inputs += borrowed_constants
         updated = [args[i] for i, _ in in_place]
         passed = {i: args[i] for i in passed_inputs}
+        if size_outputs:
+            passed.update(_sizes_out(layout, graph["symbols"], inputs))
         args.clear()  # boxed calling convention: let AOTAutograd free what it can
         # (a graph whose outputs are all its inputs computes nothing: AOTAutograd
         # drops nodes nobody reads)
@@ -305,12 +313,17 @@ def _compile_real(gm: torch.fx.GraphModule, example_inputs, eager_while_compilin
             outs = [target.give_back(o, metas[i], devices[i])
                     for i, o in enumerate(outs[:len(devices)])]
         if passed:
-            return [None if i is None else passed[i] if type(i) is Passed else outs[i]
-                    for i in layout]
+            return [None if i is None else passed[i] if type(i) in (Passed, SizeOut)
+                    else outs[i] for i in layout]
         return [None if i is None else outs[i] for i in layout]
 
     run._boxed_call = True  # AOTAutograd's boxed convention (functorch.compile.make_boxed_func)
     return run
+
+
+def _sizes_out(layout: list, symbols: dict, inputs: list) -> dict:
+    values = {name: symbolic.size_of(inputs, source) for name, source in symbols.items()}
+    return {i: symbolic.evaluate(i, values) for i in layout if type(i) is SizeOut}
 
 
 def _update_inputs(target, in_place, originals: list, outs: list, metas) -> None:

@@ -43,18 +43,36 @@ class Symbols:
         self.hints: dict[str, int] = {}
         self._printer = PythonPrinter()
 
-    def bind(self, input_index: int, value) -> None:
-        """Name the symbols that are whole sizes of tensor input `input_index`."""
-        if not isinstance(value, torch.Tensor):
-            return
-        for dim, size in enumerate(value.shape):
-            if isinstance(size, torch.SymInt):
-                expr = size.node.expr
-                if isinstance(expr, sympy.Symbol) and expr not in self._names:
-                    name = f"s{len(self._names)}"
-                    self._names[expr] = sympy.Symbol(name, integer=True, positive=True)
-                    self.sources[name] = [input_index, dim]
-                    self.hints[name] = int(size.node.hint)
+    def bind(self, inputs: list) -> None:
+        """Name the symbols that are whole sizes of the tensor inputs, then those that
+        only a size `a*s + b` carries (a backward's `2*s0` of a tensor made by
+        stacking two): s = (size - b) // a."""
+        linear = []
+        for input_index, value in enumerate(inputs):
+            if not isinstance(value, torch.Tensor):
+                continue
+            for dim, size in enumerate(value.shape):
+                if not isinstance(size, torch.SymInt):
+                    continue
+                expr, hint = size.node.expr, int(size.node.hint)
+                if isinstance(expr, sympy.Symbol):
+                    self._name(expr, [input_index, dim], hint)
+                elif len(expr.free_symbols) == 1:
+                    (symbol,) = expr.free_symbols
+                    a, b = sympy.Poly(expr, symbol).all_coeffs() if expr.is_polynomial(symbol) \
+                        and sympy.degree(expr, symbol) == 1 else (sympy.S.Zero, sympy.S.Zero)
+                    if a.is_Integer and b.is_Integer and a > 0:
+                        linear.append((symbol, [input_index, dim, int(a), int(b)],
+                                       (hint - int(b)) // int(a)))
+        for symbol, source, hint in linear:
+            self._name(symbol, source, hint)
+
+    def _name(self, symbol: sympy.Symbol, source: list, hint: int) -> None:
+        if symbol not in self._names:
+            name = f"s{len(self._names)}"
+            self._names[symbol] = sympy.Symbol(name, integer=True, positive=True)
+            self.sources[name] = source
+            self.hints[name] = hint
 
     def size(self, value) -> int | str:
         """A size as the document writes it: an int, or an expression over s0, s1..."""

@@ -220,7 +220,8 @@ class _OutputSizes:
             self._shapes.append((function, dtype))
 
     def allocations(self, inputs: list[torch.Tensor], skipped) -> list:
-        values = [inputs[i].shape[d] for i, d in self._sources]
+        values = [inputs[s[0]].shape[s[1]] if len(s) == 2 else
+                  (inputs[s[0]].shape[s[1]] - s[3]) // s[2] for s in self._sources]
         result = []
         for k, (function, dtype) in enumerate(self._shapes):
             if k not in skipped:

@@ -3,8 +3,9 @@
 A graph document may name size symbols (torch.compile's `dynamic=True` and
 `mark_dynamic` hand over such graphs, lazymlir/dynamo.py):
 
-- `"symbols": {"s0": [input, dim], ...}`: where each symbol is read at run time
-  (dimension `dim` of tensor input `input`);
+- `"symbols": {"s0": [input, dim], "s1": [input, dim, a, b], ...}`: where each
+  symbol is read at run time: dimension `dim` of tensor input `input` (or, with
+  `a` and `b`, that size is `a*s1 + b`: s1 = (size - b) // a);
 - `"hints": {"s0": 5, ...}`: one value of each symbol (the sizes the graph was
   captured with), for the shape environment below;
 - a shape entry is an int or a Python expression over the symbols (`"s0"`,
@@ -42,6 +43,12 @@ def evaluate(expression: str | int, values: dict) -> Any:
         return expression
     namespace = {"max": _max, "min": _min, "__builtins__": {}}
     return eval(expression, namespace, values)  # noqa: S307 - our own documents' sizes
+
+
+def size_of(inputs: list, source: list) -> int:
+    """A symbol's value, read from the inputs at run time (its "symbols" entry)."""
+    size = inputs[source[0]].shape[source[1]]
+    return size if len(source) == 2 else (size - source[3]) // source[2]
 
 
 def _max(*args):
@@ -86,9 +93,12 @@ class SymbolicGraph:
     def _size_node(self, fx, inputs, name) -> torch.fx.Node:
         node = self._size_nodes.get(name)
         if node is None:
-            index, dim = self.sources[name]
+            index, dim, *linear = self.sources[name]
             node = fx.call_function(torch.ops.aten.sym_size.int, (inputs[index], dim))
-            node.meta["val"] = self.values[name]
+            node.meta["val"] = inputs[index].meta["val"].shape[dim]
+            if linear:  # the size is a*s + b
+                a, b = linear
+                node = ((_SizeNode(node, node.meta["val"]) - b) // a).node
             self._size_nodes[name] = node
         return node
 
@@ -126,3 +136,39 @@ class _SizeNode:
 
     def __neg__(self):
         return self._apply(operator.mul, -1)
+
+
+_VIEWS = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default,
+          torch.ops.aten.reshape.default)
+
+
+def reshape_through_flat(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """Each view of a tensor with symbolic sizes as a flatten to 1-D and an unflatten.
+
+    torch-mlir lowers `aten.view` between shapes with several dynamic sizes by
+    guessing which input dimensions form each output dimension: `[?, ?, 48] ->
+    [s0*s1, 48]` became a cast to `?x1x48` (a wrong shape, caught at run time by an
+    assertion only where a later op checks it). A flatten is always one
+    `tensor.collapse_shape` and an unflatten from 1-D a `tensor.reshape` with the
+    sizes computed in the graph, which is what the view means (row-major order; the
+    graph's tensors have value semantics).
+    """
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target not in _VIEWS:
+            continue
+        source, sizes = node.args[0], node.args[1]
+        before, after = source.meta["val"], node.meta["val"]
+        if before.dim() == 0 or after.dim() == 0 or not (
+                _symbolic(before.shape) or _symbolic(after.shape)):
+            continue
+        with gm.graph.inserting_before(node):
+            flat = gm.graph.call_function(torch.ops.aten.flatten.using_ints, (source, 0, -1))
+        flat.meta["val"] = before.flatten()
+        node.target = torch.ops.aten.unflatten.int
+        node.args = (flat, 0, sizes)
+    gm.recompile()
+    return gm
+
+
+def _symbolic(shape) -> bool:
+    return any(isinstance(d, torch.SymInt) and not d.node.expr.is_number for d in shape)
