@@ -30,7 +30,7 @@ import torch
 from .. import lowering, session, targets
 from ..lowering.front import checks, fx_graph
 from ..support.errors import CompileError
-from . import diagnostics, disk_cache, fallback, graph_cache, partition
+from . import diagnostics, disk_cache, dynamic_policy, fallback, graph_cache, partition
 from .compiler import CompileOptions, compile_graph, probe
 from .worker_pool import WorkerPool
 
@@ -96,6 +96,10 @@ def _plan(current, target, graph: dict, key: str):
     if plan is not None:
         current.metrics.inc("CachedCompile")
         return plan
+    plan = _dynamic_plan(current, target, graph)
+    if plan is not None:  # this graph's sizes, served by a graph with symbolic sizes
+        cache.put(key, plan)
+        return plan
     compiles = current.metrics.counter("UncachedCompile")
     plan = _make_plan(current, target, graph, key)
     note = None
@@ -107,6 +111,20 @@ def _plan(current, target, graph: dict, key: str):
                            note=note)
     cache.put(key, plan)
     return plan
+
+
+def _dynamic_plan(current, target, graph: dict):
+    """The plan of the symbolic graph serving `graph`'s group (dynamic_policy.py), or None."""
+    if not current.settings.dynamic_after:
+        return None
+    if current.dynamic_policy is None:
+        current.dynamic_policy = dynamic_policy.Policy()
+
+    def compile_symbolic(document: dict):
+        key = _plan_key(current, fx_graph.structural_hash(document, target.name))
+        return _make_plan(current, target, document, key)
+
+    return current.dynamic_policy.plan(current, target.name, graph, compile_symbolic)
 
 
 def _instrumented(current, graph: dict):
