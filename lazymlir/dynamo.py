@@ -535,6 +535,8 @@ def lazymlir_backend(gm: torch.fx.GraphModule, example_inputs, options=None, mod
     executor.prestart_worker(workers=2 if training else 1,
                              background=_eager_tier(eager_while_compiling))
     if any(_is_symbolic(x) for x in example_inputs):
+        if not dynamo_dynamic.asked_for(gm):
+            return _specialize_per_shape(gm, eager_while_compiling)
         # One graph for every size (dynamo_dynamic.py), else one per shape.
         return dynamo_dynamic.compile_symbolic(
             lambda g, inputs, prepared: _static_backend(g, inputs, eager_while_compiling,

@@ -1,11 +1,12 @@
 """torch.compile graphs with symbolic sizes, compiled once for every size.
 
-With `dynamic=True`, `torch._dynamo.mark_dynamic`, or Dynamo's automatic dynamic
-shapes (a size that changed between calls), Dynamo hands over a graph whose sizes
-are SymInts. lazymlir/dynamo.py writes such a graph in the fx-stage form with its
+With `dynamic=True` or `torch._dynamo.mark_dynamic`, Dynamo hands over a graph whose
+sizes are SymInts. lazymlir/dynamo.py writes such a graph in the fx-stage form with its
 sizes as expressions over symbols (lowering/front/symbolic.py); the code compiled
 from it reads the sizes from its arguments, and the cpu target computes the output
-shapes per call. So one forward and one backward graph serve every batch size.
+shapes per call. So one forward and one backward graph serve every batch size. (Dynamo's automatic
+dynamic shapes, a size that changed between calls, also hands over SymInts; those graphs
+are compiled per shape: `asked_for`.)
 
 Where that cannot be done, the graph is compiled per concrete shape instead
 (dynamo._specialize_per_shape), warned once and counted as `DynamicSpecialized`:
@@ -98,6 +99,21 @@ class Symbols:
             raise NotSymbolic("it indexes tensors (index and gather ops are bounds-checked "
                               "against static sizes)")
         return {**graph, "symbols": self.sources, "hints": self.hints}
+
+
+def asked_for(gm: torch.fx.GraphModule) -> bool:
+    """Whether the program asked for symbolic sizes: `torch.compile(dynamic=True)` (Dynamo
+    then assumes no size static) or `mark_dynamic` on an input. Dynamo's automatic dynamic
+    shapes (a size that changed between calls) is not asking: each size then gets its own
+    static graph, whose code the cpu schedule tiles and vectorizes for its constant sizes
+    (a symbolic graph's loops stay scalar: benchmarks/dynamic_shapes.py)."""
+    if not torch._dynamo.config.assume_static_by_default:
+        return True
+    for node in gm.graph.find_nodes(op="placeholder"):
+        example = getattr(node.meta.get("grapharg"), "example", None)
+        if getattr(example, "_dynamo_dynamic_indices", None):
+            return True
+    return False
 
 
 def is_size(value) -> bool:

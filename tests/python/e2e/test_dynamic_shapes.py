@@ -8,6 +8,7 @@ import torch
 from conftest import assert_no_fallback
 from torch import nn
 
+import lazymlir
 import lazymlir.dynamo  # noqa: F401  registers backend="lazymlir" in a source checkout
 from lazymlir import metrics
 
@@ -97,4 +98,42 @@ def test_a_graph_that_cannot_be_symbolic_is_compiled_per_shape_with_a_warning():
         torch.testing.assert_close(compiled(idx), f(idx))
     assert metrics.counter("DynamicSpecialized") == 1
     assert metrics.counter("DynamicGraphs") == 0
+    assert_no_fallback()
+
+
+@pytest.fixture
+def dynamic_after():
+    from lazymlir import config
+    saved = config.settings().dynamic_after
+    config.settings().dynamic_after = 2
+    yield
+    config.settings().dynamic_after = saved
+
+
+def _decode(device: str, steps: int) -> list[torch.Tensor]:
+    """A growing loop: each step appends a position to the context and attends over it."""
+    torch.manual_seed(0)
+    proj = nn.Linear(8, 24).to(device)
+    context = torch.randn(1, 1, 8).to(device)
+    outputs = []
+    for _ in range(steps):
+        context = torch.cat([context, torch.randn(1, 1, 8).to(device)], 1)
+        q, k, v = proj(context).split(8, dim=2)
+        weights = ((q[:, -1:] @ k.transpose(1, 2)) / 8 ** 0.5).softmax(-1)
+        outputs.append((weights @ v).cpu())
+        if device != "cpu":
+            lazymlir.mark_step()  # the context becomes the next step's input
+    return outputs
+
+
+def test_growing_loop_on_the_lazy_device_compiles_a_bounded_number_of_graphs(dynamic_after):
+    """LAZYMLIR_DYNAMIC_AFTER=2: each of the step's two graphs (the read of the output,
+    then mark_step's) compiles for two lengths, then once with a symbolic length."""
+    expected = _decode("cpu", 12)
+    got = _decode("lazy_mlir", 12)
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e)
+    assert metrics.counter("UncachedCompile") == 6, metrics.counters()
+    assert metrics.counter("DynamicGraphs") == 2
+    assert metrics.counter("DynamicMatches") == 20
     assert_no_fallback()
