@@ -137,3 +137,11 @@ def test_growing_loop_on_the_lazy_device_compiles_a_bounded_number_of_graphs(dyn
     assert metrics.counter("DynamicGraphs") == 2
     assert metrics.counter("DynamicMatches") == 20
     assert_no_fallback()
+
+
+def test_the_lazy_policy_fits_sizes_as_a_times_s_plus_b():
+    from lazymlir.execution import dynamic_policy
+
+    assert dynamic_policy._fit((5, 7, 9), [(2, 3, 4)]) == "2*s0 + 1"
+    assert dynamic_policy._fit((10, 9, 8), [(2, 3, 4)]) == "-1*s0 + 12"
+    assert dynamic_policy._fit((4, 9, 16), [(2, 3, 4)]) is None  # s*s
