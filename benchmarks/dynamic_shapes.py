@@ -90,14 +90,16 @@ def measure(name: str, sizes: list[int], calls: int) -> list[dict]:
                     began = time.perf_counter()
                     fn(x)
                     times[key].append(time.perf_counter() - began)
-            ratio = lambda a, b: statistics.median(  # noqa: E731
-                p / q for p, q in zip(times[a], times[b]))
             rows.append({"workload": name, "size": n,
                          **{k: 1e3 * statistics.median(v) for k, v in times.items()},
-                         "static/eager": ratio("static", "eager"),
-                         "dynamic/eager": ratio("dynamic", "eager"),
-                         "dynamic/static": ratio("dynamic", "static")})
+                         "static/eager": _ratio(times, "static", "eager"),
+                         "dynamic/eager": _ratio(times, "dynamic", "eager"),
+                         "dynamic/static": _ratio(times, "dynamic", "static")})
     return rows
+
+
+def _ratio(times: dict, a: str, b: str) -> float:
+    return statistics.median(p / q for p, q in zip(times[a], times[b]))
 
 
 def table(rows: list[dict]) -> str:
