@@ -78,9 +78,9 @@ def to_fx_stage(gm: torch.fx.GraphModule, symbols=None) -> tuple[dict, list, lis
 
     def encode(value):
         if isinstance(value, torch.fx.Node) and value in sizes:
-            return {"sym": sizes[value]}
+            return _size_arg(sizes[value])
         if isinstance(value, torch.SymInt):
-            return {"sym": symbols.size(value)}
+            return _size_arg(symbols.size(value))
         if isinstance(value, torch.fx.Node):
             if value in updates_of:
                 raise UnsupportedGraphError(f"input '{value.name}' is read after the copy_ "
@@ -175,17 +175,20 @@ def to_fx_stage(gm: torch.fx.GraphModule, symbols=None) -> tuple[dict, list, lis
         for condition, message in checks:
             graph["checks"].append([len(outputs), message])
             outputs.append(condition)
-    if updates and any(p in sizes for p in placeholders):
-        # (input indices of the document and of the call would differ)
-        raise dynamo_dynamic.NotSymbolic("it takes sizes and updates its inputs in place")
     if updates:  # after the outputs `layout` maps
         graph["in_place"] = []
         for input_index, value in updates.items():
-            graph["in_place"].append([input_index, len(outputs)])
+            # (the graph's input index: size inputs are not graph inputs)
+            graph["in_place"].append([refs[placeholders[input_index]][1], len(outputs)])
             outputs.append(value)
     if symbols is not None:
         graph = symbols.document(graph)
     return graph, constants, layout
+
+
+def _size_arg(size: int | str):
+    """A size argument: an int, or an expression (lowering/front/symbolic.py)."""
+    return size if isinstance(size, int) else {"sym": size}
 
 
 _ASSERTS = (torch.ops.aten._assert_async.msg, torch.ops.aten._assert_async.default)
@@ -296,7 +299,7 @@ def _compile_real(gm: torch.fx.GraphModule, example_inputs, eager_while_compilin
         tensors = args if sized is None else [args[i] for i in sized]
         inputs = list(tensors) if as_is else [borrow(a) for a in tensors]
         inputs += borrowed_constants
-        updated = [args[i] for i, _ in in_place]
+        updated = [tensors[i] for i, _ in in_place]
         passed = {i: args[i] for i in passed_inputs}
         if size_outputs:
             passed.update(_sizes_out(layout, graph["symbols"], inputs))

@@ -12,7 +12,8 @@ Where that cannot be done, the graph is compiled per concrete shape instead
 (dynamo._specialize_per_shape), warned once and counted as `DynamicSpecialized`:
 the cuda target (its kernels and launch plans are built for static shapes), a graph
 with ops that bounds checks guard (lowering/front/checks.py: the check's clamps need
-the indexed size), a graph that updates its inputs, a size no input carries, or a
+the indexed size), random ops, collectives, in-place updates of inputs, run-time
+assertions on sizes (symbolic booleans and floats), a size no input carries, or a
 compile error of the symbolic graph.
 """
 
@@ -77,6 +78,10 @@ class Symbols:
 
     def size(self, value) -> int | str:
         """A size as the document writes it: an int, or an expression over s0, s1..."""
+        if isinstance(value, torch.SymBool | torch.SymFloat):
+            # (int() of one would add a guard: Dynamo would recompile for every size)
+            raise NotSymbolic(f"it computes a symbolic {type(value).__name__} ({value.node.expr}: "
+                              f"a run-time assertion on sizes)")
         if not isinstance(value, torch.SymInt):
             return int(value)
         expr = value.node.expr
@@ -95,6 +100,10 @@ class Symbols:
         """`graph` with the symbols' sources and hints (lowering/front/symbolic.py)."""
         if not self.sources:
             return graph
+        if graph.get("in_place"):
+            # (its compile crashed in the llvm stage: graph_inputs.py's in-place writes
+            # were made for static shapes)
+            raise NotSymbolic("it updates its inputs in place")
         if session.current().settings.bounds_checks and checks.has_guarded_ops(graph):
             raise NotSymbolic("it indexes tensors (index and gather ops are bounds-checked "
                               "against static sizes)")
@@ -142,7 +151,10 @@ def compile_symbolic(aot_compile, specialize, gm, example_inputs):
 
 
 def _fallback(specialize, why: str):
-    session.current().metrics.inc("DynamicSpecialized")
-    warnings.warn(f"lazymlir: a torch.compile graph with symbolic sizes is compiled once "
-                  f"per shape instead: {why}", stacklevel=4)
+    current = session.current()
+    current.metrics.inc("DynamicSpecialized")
+    if f"dynamic: {why}" not in current.warned:  # once per reason
+        current.warned.add(f"dynamic: {why}")
+        warnings.warn(f"lazymlir: a torch.compile graph with symbolic sizes is compiled "
+                      f"once per shape instead: {why}", stacklevel=4)
     return specialize()
