@@ -112,7 +112,7 @@ def to_fx_stage(gm: torch.fx.GraphModule, symbols=None) -> tuple[dict, list, lis
     for node in gm.graph.nodes:
         if node.op == "get_attr":
             value = getattr(gm, node.target)
-            refs[node] = ["input", len(placeholders) + len(constants), 0]
+            refs[node] = ["input", len(inputs), 0]  # after the tensor inputs
             constants.append(value.detach())
             inputs.append(_desc(value, f"constant '{node.target}'", symbols))
         elif node.op == "call_function" and node.target is torch.ops.aten.copy_.default:
