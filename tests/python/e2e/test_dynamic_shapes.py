@@ -65,20 +65,17 @@ def test_dynamic_true_trains_six_batch_sizes_with_one_forward_and_one_backward()
 
 
 def test_mark_dynamic_attention_over_batch_and_sequence_length():
+    """Inference (one graph; the training step's two are the test above)."""
     torch.manual_seed(0)
     block = _Attention()
     compiled = torch.compile(block, backend="lazymlir")
-    for batch, time in ((2, 3), (3, 5), (4, 7), (5, 4), (6, 9), (7, 2)):
-        x = torch.randn(batch, time, 16, requires_grad=True)
-        torch._dynamo.mark_dynamic(x, 0)
-        torch._dynamo.mark_dynamic(x, 1)
-        got = compiled(x)
-        expected = block(x)
-        torch.testing.assert_close(got, expected)
-        (grad,) = torch.autograd.grad(got.square().sum(), x)
-        (want,) = torch.autograd.grad(expected.square().sum(), x)
-        torch.testing.assert_close(grad, want)
-    assert _compiles() == 2
+    with torch.no_grad():
+        for batch, time in ((2, 3), (3, 5), (4, 7), (5, 4), (6, 9), (7, 2)):
+            x = torch.randn(batch, time, 16)
+            torch._dynamo.mark_dynamic(x, 0)
+            torch._dynamo.mark_dynamic(x, 1)
+            torch.testing.assert_close(compiled(x), block(x))
+    assert _compiles() == 1
     assert metrics.counter("DynamicSpecialized") == 0
     assert_no_fallback()
 
@@ -95,11 +92,12 @@ def test_a_graph_that_cannot_be_symbolic_is_compiled_per_shape_with_a_warning():
     compiled = torch.compile(f, backend="lazymlir", dynamic=True)
     with pytest.warns(UserWarning, match="compiled once per shape instead"):
         compiled(torch.randint(0, 10, (2, 3)))
-    for batch in (3, 4):
+    for batch in (2, 3):
         idx = torch.randint(0, 10, (batch, 3))
         torch.testing.assert_close(compiled(idx), f(idx))
     assert metrics.counter("DynamicSpecialized") == 1
     assert metrics.counter("DynamicGraphs") == 0
+    assert _compiles() == 2  # one per shape
     assert_no_fallback()
 
 
@@ -122,22 +120,22 @@ def _decode(device: str, steps: int) -> list[torch.Tensor]:
         context = torch.cat([context, torch.randn(1, 1, 8).to(device)], 1)
         q, k, v = proj(context).split(8, dim=2)
         weights = ((q[:, -1:] @ k.transpose(1, 2)) / 8 ** 0.5).softmax(-1)
-        outputs.append((weights @ v).cpu())
+        outputs.append(weights @ v)
         if device != "cpu":
-            lazymlir.mark_step()  # the context becomes the next step's input
-    return outputs
+            lazymlir.mark_step()  # one graph: the output, and the next step's context
+    return [y.cpu() for y in outputs]
 
 
 def test_growing_loop_on_the_lazy_device_compiles_a_bounded_number_of_graphs(dynamic_after):
-    """LAZYMLIR_DYNAMIC_AFTER=2: each of the step's two graphs (the read of the output,
-    then mark_step's) compiles for two lengths, then once with a symbolic length."""
+    """LAZYMLIR_DYNAMIC_AFTER=2: the step's graph compiles for two lengths, then once with
+    a symbolic length that serves the other ten."""
     expected = _decode("cpu", 12)
     got = _decode("lazy_mlir", 12)
     for g, e in zip(got, expected):
         torch.testing.assert_close(g, e)
-    assert metrics.counter("UncachedCompile") == 6, metrics.counters()
-    assert metrics.counter("DynamicGraphs") == 2
-    assert metrics.counter("DynamicMatches") == 20
+    assert metrics.counter("UncachedCompile") == 3, metrics.counters()
+    assert metrics.counter("DynamicGraphs") == 1
+    assert metrics.counter("DynamicMatches") == 10
     assert_no_fallback()
 
 
