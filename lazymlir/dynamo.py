@@ -15,7 +15,8 @@ in place and its outputs become torch.cuda tensors over the runtime's buffers), 
 no host round trip. Each output goes where AOTAutograd's fake tensors put it
 (`_output_devices`): a graph captured with CPU inputs keeps the CPU path, and Dynamo's
 device guards recompile when torch.cuda tensors arrive instead. Graphs with symbolic
-sizes are compiled once per concrete shape (`_specialize_per_shape`). Each graph
+sizes are compiled once for every size (dynamo_dynamic.py), or where that cannot be
+done once per concrete shape (`_specialize_per_shape`). Each graph
 starts compiling in a worker when AOTAutograd hands it over; with the
 `eager_while_compiling` option its first run uses PyTorch's kernels
 (`_run_eagerly`) instead of waiting, and the compile runs at low CPU priority
@@ -38,30 +39,35 @@ from torch._functorch.partitioners import min_cut_rematerialization_partition
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from . import dynamo_random, session, targets
+from . import dynamo_dynamic, dynamo_random, session, targets
 from .distributed import compiled as compiled_collectives
 from .execution import executor
-from .lowering.front import as_strided, decompositions, fx_graph
+from .lowering.front import as_strided, decompositions, fx_graph, symbolic
 
 
 class UnsupportedGraphError(NotImplementedError):
     """A captured graph uses something the fx-stage form cannot express (e.g. SymInts)."""
 
 
-def _desc(value, what: str) -> dict:
+def _desc(value, what: str, symbols=None) -> dict:
     if not isinstance(value, torch.Tensor):
         raise UnsupportedGraphError(
             f"{what} is a {type(value).__name__}, not a tensor; lazymlir compiles static "
             f"shapes only: use torch.compile(..., dynamic=False)")
-    return {"shape": list(value.shape), "dtype": fx_graph.dtype_name(value.dtype)}
+    shape = symbols.shape(value) if symbols is not None else list(value.shape)
+    return {"shape": shape, "dtype": fx_graph.dtype_name(value.dtype)}
 
 
-def to_fx_stage(gm: torch.fx.GraphModule) -> tuple[dict, list, list]:
+def to_fx_stage(gm: torch.fx.GraphModule, symbols=None) -> tuple[dict, list, list]:
     """(graph document, constant tensors appended to the inputs, output layout).
 
     The layout maps each output of `gm` to a graph output index, to `Passed(i)`
     where `gm` returns its input i itself, or to None where `gm` returns None
     (AOTAutograd does for gradients nobody asked for).
+
+    `symbols` (a dynamo_dynamic.Symbols): sizes are SymInts, written as expressions;
+    size inputs are no graph inputs (the caller drops them), and size arguments are
+    `{"sym": expression}`.
     """
     # The fx-stage form keeps no storage: as_strided must address its root first.
     as_strided.address_storage_roots(gm)
@@ -71,6 +77,10 @@ def to_fx_stage(gm: torch.fx.GraphModule) -> tuple[dict, list, list]:
     refs: dict[torch.fx.Node, object] = {}
 
     def encode(value):
+        if isinstance(value, torch.fx.Node) and value in sizes:
+            return _size_arg(sizes[value])
+        if isinstance(value, torch.SymInt):
+            return _size_arg(symbols.size(value))
         if isinstance(value, torch.fx.Node):
             if value in updates_of:
                 raise UnsupportedGraphError(f"input '{value.name}' is read after the copy_ "
@@ -85,16 +95,26 @@ def to_fx_stage(gm: torch.fx.GraphModule) -> tuple[dict, list, list]:
     updates: dict[int, object] = {}  # input index -> its new value (a copy_ into it)
     updates_of: set[torch.fx.Node] = set()  # the placeholders updated so far
     checks: list = []  # (condition, message) of each runtime assertion
+    sizes: dict[torch.fx.Node, int | str] = {}  # symbolic: size-valued nodes
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if symbols is not None:  # name the symbols the tensor inputs carry, in their order
+        symbols.bind([n.meta.get("val") for n in placeholders
+                      if not dynamo_dynamic.is_size(n.meta.get("val"))])
     for node in placeholders:
+        if symbols is not None and dynamo_dynamic.is_size(node.meta.get("val")):
+            continue  # bound below, once every tensor input has named its symbols
         refs[node] = ["input", len(inputs), 0]
-        inputs.append(_desc(node.meta.get("val"), f"input '{node.name}'"))
+        inputs.append(_desc(node.meta.get("val"), f"input '{node.name}'", symbols))
+    if symbols is not None:
+        for node in placeholders:
+            if node not in refs:
+                sizes[node] = symbols.size(node.meta["val"])
     for node in gm.graph.nodes:
         if node.op == "get_attr":
             value = getattr(gm, node.target)
-            refs[node] = ["input", len(placeholders) + len(constants), 0]
+            refs[node] = ["input", len(inputs), 0]  # after the tensor inputs
             constants.append(value.detach())
-            inputs.append(_desc(value, f"constant '{node.target}'"))
+            inputs.append(_desc(value, f"constant '{node.target}'", symbols))
         elif node.op == "call_function" and node.target is torch.ops.aten.copy_.default:
             # An input mutation AOTAutograd kept in the graph (an inference graph: an
             # optimizer step, BatchNorm statistics under no_grad): the input's new value
@@ -115,6 +135,9 @@ def to_fx_stage(gm: torch.fx.GraphModule) -> tuple[dict, list, list]:
             # that run() reads, raising the message as eager would.
             checks.append((encode(node.args[0]), node.args[1] if len(node.args) > 1
                            else "assertion failed"))
+        elif node.op == "call_function" and symbols is not None \
+                and dynamo_dynamic.is_size(node.meta.get("val")):
+            sizes[node] = symbols.size(node.meta["val"])  # sym_size, size arithmetic
         elif node.op == "call_function" and node.target is operator.getitem:
             source = refs[node.args[0]]
             refs[node] = ["node", source[1], node.args[1]]
@@ -130,13 +153,16 @@ def to_fx_stage(gm: torch.fx.GraphModule) -> tuple[dict, list, list]:
                 "args": [encode(a) for a in node.args],
                 "kwargs": {k: encode(v) for k, v in node.kwargs.items()},
                 # None: a result nobody asked for (an output_mask entry is false).
-                "outputs": [None if r is None else _desc(r, f"output of '{node.name}'")
+                "outputs": [None if r is None else _desc(r, f"output of '{node.name}'", symbols)
                             for r in results],
             })
         elif node.op == "output":
             for value in node.args[0]:
                 if value is None:
                     layout.append(None)
+                elif value in sizes and value.op != "placeholder":
+                    # a size the backward needs (a forward's saved s0*s1): run() computes it
+                    layout.append(SizeOut(sizes[value]))
                 elif _passed_through(value, updates_of):
                     layout.append(Passed(placeholders.index(value)))
                 else:
@@ -152,9 +178,17 @@ def to_fx_stage(gm: torch.fx.GraphModule) -> tuple[dict, list, list]:
     if updates:  # after the outputs `layout` maps
         graph["in_place"] = []
         for input_index, value in updates.items():
-            graph["in_place"].append([input_index, len(outputs)])
+            # (the graph's input index: size inputs are not graph inputs)
+            graph["in_place"].append([refs[placeholders[input_index]][1], len(outputs)])
             outputs.append(value)
+    if symbols is not None:
+        graph = symbols.document(graph)
     return graph, constants, layout
+
+
+def _size_arg(size: int | str):
+    """A size argument: an int, or an expression (lowering/front/symbolic.py)."""
+    return size if isinstance(size, int) else {"sym": size}
 
 
 _ASSERTS = (torch.ops.aten._assert_async.msg, torch.ops.aten._assert_async.default)
@@ -173,6 +207,11 @@ class Passed(int):
     """A layout entry: `gm` returns its input of this index itself."""
 
 
+class SizeOut(str):
+    """A layout entry: `gm` returns a size, this expression over the graph's symbols
+    (lowering/front/symbolic.py), computed from the inputs' sizes at run time."""
+
+
 def _passed_through(value, updates_of) -> bool:
     """`value`, an output of the graph, is one of its inputs, unchanged: the caller's
     tensor is the output (as inductor's code returns it). A forward graph returns
@@ -182,24 +221,33 @@ def _passed_through(value, updates_of) -> bool:
         and value not in updates_of
 
 
-def _compile(gm: torch.fx.GraphModule, example_inputs, eager_while_compiling=None):
+def _compile(gm: torch.fx.GraphModule, example_inputs, eager_while_compiling=None,
+             prepared=None):
     # AOTAutograd hands graphs over inside its FakeTensorMode: the graph's constants
     # (a `torch.tensor(...)` made in forward, e.g. an attention mask's fill value) are
     # real tensors, which an op dispatched under that mode rejects.
     with unset_fake_temporarily():
         if compiled_collectives.has_collectives(gm):
             # Collectives are runtime calls: the pieces between them compile.
+            if prepared is not None:
+                raise dynamo_dynamic.NotSymbolic("it has collectives")
             return compiled_collectives.split(
                 gm, example_inputs,
                 lambda piece, inputs: _compile_real(piece, inputs, eager_while_compiling))
-        return _compile_real(gm, example_inputs, eager_while_compiling)
+        return _compile_real(gm, example_inputs, eager_while_compiling, prepared)
 
 
-def _compile_real(gm: torch.fx.GraphModule, example_inputs, eager_while_compiling):
+def _compile_real(gm: torch.fx.GraphModule, example_inputs, eager_while_compiling,
+                  prepared=None):
+    """`prepared`: a list for a graph with symbolic sizes (dynamo_dynamic.py), which
+    gets its (document, key); its first run does not go eagerly."""
     # Random ops become Philox arithmetic reading one more input: the generator's
     # seed and offsets, drawn at each call (dynamo_random.py).
     random_inputs = dynamo_random.rewrite(gm)
-    graph, constants, layout = to_fx_stage(gm)
+    if random_inputs is not None and prepared is not None:
+        raise dynamo_dynamic.NotSymbolic("it draws random numbers")
+    symbols = dynamo_dynamic.Symbols() if prepared is not None else None
+    graph, constants, layout = to_fx_stage(gm, symbols)
     target = targets.active()
     key = fx_graph.structural_hash(graph, target.name)
     metas = fx_graph.output_metas(graph)  # once: run() is on every step's path
@@ -210,9 +258,15 @@ def _compile_real(gm: torch.fx.GraphModule, example_inputs, eager_while_compilin
     computes = bool(graph["outputs"])
     # Decided once, here: the compile's pool (its priority) and whether the first run
     # goes without it must agree.
-    eager_first_run = _eager_tier(eager_while_compiling)
+    eager_first_run = _eager_tier(eager_while_compiling) and prepared is None
     if computes:
         executor.compile_ahead(graph, key, background=eager_first_run)
+        if prepared is not None:
+            prepared.append((graph, key))
+    # The positions of the tensor inputs (a graph with symbolic sizes also takes them)
+    sized = None if symbols is None else \
+        [i for i, n in enumerate(gm.graph.find_nodes(op="placeholder"))
+         if not dynamo_dynamic.is_size(n.meta.get("val"))]
 
     devices = _output_devices(gm, layout)
     # Dynamo guards on every input's device: the devices seen now are the devices of
@@ -225,6 +279,7 @@ def _compile_real(gm: torch.fx.GraphModule, example_inputs, eager_while_compilin
     in_place = graph.get("in_place", ())
     checks = graph.get("checks", ())
     passed_inputs = sorted({i for i in layout if type(i) is Passed})
+    size_outputs = any(type(i) is SizeOut for i in layout)
     first_run = True
 
     def run(args):
@@ -241,10 +296,13 @@ def _compile_real(gm: torch.fx.GraphModule, example_inputs, eager_while_compilin
             first_run = False
             if eager_first_run and executor.compile_pending(key):
                 return _run_eagerly(gm, args)
-        inputs = list(args) if as_is else [borrow(a) for a in args]
+        tensors = args if sized is None else [args[i] for i in sized]
+        inputs = list(tensors) if as_is else [borrow(a) for a in tensors]
         inputs += borrowed_constants
-        updated = [args[i] for i, _ in in_place]
+        updated = [tensors[i] for i, _ in in_place]
         passed = {i: args[i] for i in passed_inputs}
+        if size_outputs:
+            passed.update(_sizes_out(layout, graph["symbols"], inputs))
         args.clear()  # boxed calling convention: let AOTAutograd free what it can
         # (a graph whose outputs are all its inputs computes nothing: AOTAutograd
         # drops nodes nobody reads)
@@ -258,12 +316,17 @@ def _compile_real(gm: torch.fx.GraphModule, example_inputs, eager_while_compilin
             outs = [target.give_back(o, metas[i], devices[i])
                     for i, o in enumerate(outs[:len(devices)])]
         if passed:
-            return [None if i is None else passed[i] if type(i) is Passed else outs[i]
-                    for i in layout]
+            return [None if i is None else passed[i] if type(i) in (Passed, SizeOut)
+                    else outs[i] for i in layout]
         return [None if i is None else outs[i] for i in layout]
 
     run._boxed_call = True  # AOTAutograd's boxed convention (functorch.compile.make_boxed_func)
     return run
+
+
+def _sizes_out(layout: list, symbols: dict, inputs: list) -> dict:
+    values = {name: symbolic.size_of(inputs, source) for name, source in symbols.items()}
+    return {i: symbolic.evaluate(i, values) for i in layout if type(i) is SizeOut}
 
 
 def _update_inputs(target, in_place, originals: list, outs: list, metas) -> None:
@@ -347,7 +410,8 @@ def _decompositions():
     return table
 
 
-def _static_backend(gm: torch.fx.GraphModule, example_inputs, eager_while_compiling=None):
+def _static_backend(gm: torch.fx.GraphModule, example_inputs, eager_while_compiling=None,
+                    prepared=None):
     # Attention is traced as its math form: the fused CPU kernels' forward
     # decomposes, but their backward has no decomposition and would run
     # eagerly against a decomposed forward's saved logsumexp (wrong gradients
@@ -357,7 +421,8 @@ def _static_backend(gm: torch.fx.GraphModule, example_inputs, eager_while_compil
     # never runs backward still compiles it, in the background).
     with sdpa_kernel([SDPBackend.MATH]), \
             torch._functorch.config.patch(force_non_lazy_backward_lowering=True):
-        compile_graph = functools.partial(_compile, eager_while_compiling=eager_while_compiling)
+        compile_graph = functools.partial(_compile, eager_while_compiling=eager_while_compiling,
+                                          prepared=prepared)
         # The min-cut partitioner (inductor's) recomputes cheap ops in the backward
         # instead of saving them: the forward does not write out each Linear's W.t()
         # for the backward to transpose back. Measured A/B in one process against the
@@ -473,7 +538,13 @@ def lazymlir_backend(gm: torch.fx.GraphModule, example_inputs, options=None, mod
     executor.prestart_worker(workers=2 if training else 1,
                              background=_eager_tier(eager_while_compiling))
     if any(_is_symbolic(x) for x in example_inputs):
-        return _specialize_per_shape(gm, eager_while_compiling)
+        if not dynamo_dynamic.asked_for(gm):
+            return _specialize_per_shape(gm, eager_while_compiling)
+        # One graph for every size (dynamo_dynamic.py), else one per shape.
+        return dynamo_dynamic.compile_symbolic(
+            lambda g, inputs, prepared: _static_backend(g, inputs, eager_while_compiling,
+                                                        prepared),
+            lambda: _specialize_per_shape(gm, eager_while_compiling), gm, example_inputs)
     return _static_backend(gm, example_inputs, eager_while_compiling)
 
 

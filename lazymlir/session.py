@@ -33,6 +33,7 @@ class Session:
         self.rng = RngState()                 # the device's Philox seed and offset
         self.target: Any = None               # targets.Target, resolved on first use
         self.graph_cache: Any = None          # execution.graph_cache.GraphCache
+        self.dynamic_policy: Any = None       # execution.dynamic_policy.Policy
         self.disk_cache: Any = None           # (cache folder, execution.disk_cache.DiskCache)
         self.worker: Any = None               # execution.worker_pool.WorkerPool
         # Compiles the program does not wait for (torch.compile's eager_while_compiling):

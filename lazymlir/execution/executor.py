@@ -30,7 +30,7 @@ import torch
 from .. import lowering, session, targets
 from ..lowering.front import checks, fx_graph
 from ..support.errors import CompileError, CompilerCrashError
-from . import diagnostics, disk_cache, fallback, graph_cache, partition
+from . import diagnostics, disk_cache, dynamic_policy, fallback, graph_cache, partition
 from .compiler import CompileOptions, compile_graph, probe
 from .worker_pool import WorkerPool
 
@@ -96,6 +96,10 @@ def _plan(current, target, graph: dict, key: str):
     if plan is not None:
         current.metrics.inc("CachedCompile")
         return plan
+    plan = _dynamic_plan(current, target, graph)
+    if plan is not None:  # this graph's sizes, served by a graph with symbolic sizes
+        cache.put(key, plan)
+        return plan
     compiles = current.metrics.counter("UncachedCompile")
     plan = _make_plan(current, target, graph, key)
     note = None
@@ -109,9 +113,26 @@ def _plan(current, target, graph: dict, key: str):
     return plan
 
 
+def _dynamic_plan(current, target, graph: dict):
+    """The plan of the symbolic graph serving `graph`'s group (dynamic_policy.py), or None."""
+    if not current.settings.dynamic_after:
+        return None
+    if current.dynamic_policy is None:
+        current.dynamic_policy = dynamic_policy.Policy()
+
+    def compile_symbolic(document: dict):
+        key = _plan_key(current, fx_graph.structural_hash(document, target.name))
+        return _make_plan(current, target, document, key)
+
+    return current.dynamic_policy.plan(current, target.name, graph, compile_symbolic)
+
+
 def _instrumented(current, graph: dict):
-    """checks.py's form of `graph` (None: bounds checks are off or it needs none)."""
-    return checks.instrument(graph) if current.settings.bounds_checks else None
+    """checks.py's form of `graph` (None: bounds checks are off or it needs none; a graph
+    with symbolic sizes is taken only without guarded ops, lazymlir/dynamo_dynamic.py)."""
+    if not current.settings.bounds_checks or graph.get("symbols"):
+        return None
+    return checks.instrument(graph)
 
 
 def _cached_artifact(current, target, key: str, text: str):
@@ -160,6 +181,15 @@ def compile_ahead(graph: dict, key: str, background: bool = False) -> None:
         pool = _worker(current, background)
         current.compiles_ahead[key] = (payload, pool.submit(
             _compile_and_store, pool, payload, _disk(current), entry, text))
+
+
+def prepare(graph: dict, key: str) -> None:
+    """Compile `graph` (or take the compile started ahead) and load it now, raising a
+    CompileError instead of splitting it where the graph has symbolic sizes."""
+    current = session.current()
+    target = targets.active()
+    with current.lock:
+        _plan(current, target, graph, key)
 
 
 def compile_pending(key: str) -> bool:
@@ -215,7 +245,9 @@ def _make_plan(current, target, graph: dict, key: str):
         with current.metrics.timed("CompileTime"):
             artifact, stored = _compile(current, target, text, key)
     except CompileError as error:
-        if not fallback.allowed():
+        # A graph with symbolic sizes is not split: its caller compiles it per shape
+        # instead (lazymlir/dynamo.py).
+        if not fallback.allowed() or graph.get("symbols"):
             raise
         return _partition(current, target, original, error)
     if disk is not None and not stored:
@@ -225,7 +257,10 @@ def _make_plan(current, target, graph: dict, key: str):
 
 def _load(target, artifact, graph: dict):
     """The executable compiled from `graph` (the instrumented one, if checked)."""
-    return target.load(artifact, fx_graph.output_metas(graph), fx_graph.in_place_pairs(graph))
+    metas, pairs = fx_graph.output_metas(graph), fx_graph.in_place_pairs(graph)
+    if graph.get("symbols"):  # sizes known at run time (lowering/front/symbolic.py)
+        return target.load(artifact, metas, pairs, symbols=graph["symbols"])
+    return target.load(artifact, metas, pairs)
 
 
 # ------------------------------------------------------------- compiling

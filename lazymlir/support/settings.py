@@ -58,6 +58,10 @@ class Settings:
     # run eagerly (counted as EagerWhileCompiling) instead of waiting for it
     eager_while_compiling: bool = False
     bounds_checks: bool = True    # LAZYMLIR_BOUNDS_CHECKS: 0 drops the index/zero-divisor checks
+    # LAZYMLIR_DYNAMIC_AFTER: a graph that changed size after compiling for this many sizes
+    # compiles once with symbolic sizes for the sizes to come (execution/dynamic_policy.py;
+    # 0: off, one compile per size)
+    dynamic_after: int = 0
     debug: bool = False           # LAZYMLIR_DEBUG: log each compile's cause and each fallback
     # LAZYMLIR_CUDA_DRIVER: what the cuda target runs on: real (libcuda.so.1), emulator
     # (every kernel runs on the CPU), fake (host memory, launches recorded, no kernel runs)
@@ -91,6 +95,7 @@ _ENV = {
     "compile_timeout": "LAZYMLIR_COMPILE_TIMEOUT",
     "eager_while_compiling": "LAZYMLIR_EAGER_WHILE_COMPILING",
     "bounds_checks": "LAZYMLIR_BOUNDS_CHECKS",
+    "dynamic_after": "LAZYMLIR_DYNAMIC_AFTER",
     "debug": "LAZYMLIR_DEBUG",
     "cuda_driver": "LAZYMLIR_CUDA_DRIVER",
     "cuda_sync": "LAZYMLIR_CUDA_SYNC",
@@ -100,7 +105,7 @@ _ENV = {
     "cpu_alloc_cache_mb": "LAZYMLIR_CPU_ALLOC_CACHE_MB",
 }
 # Integer settings whose smallest value is 0 rather than 1.
-_ZERO_ALLOWED = {"cpu_alloc_cache_mb"}
+_ZERO_ALLOWED = {"cpu_alloc_cache_mb", "dynamic_after"}
 _CHOICES = {"target": _TARGETS, "log_level": _LOG_LEVELS, "fallback": _FALLBACK,
             "cuda_driver": _CUDA_DRIVERS, "cpu_vector_isa": _CPU_VECTOR_ISAS}
 

@@ -140,9 +140,12 @@ class CpuExecutable(Executable):
     """A compiled graph: run(list of input CPU tensors) -> list of output CPU tensors."""
 
     def __init__(self, so_path: Path, output_metas: OutputMetas,
-                 in_place: tuple[tuple[int, int], ...] = ()):
+                 in_place: tuple[tuple[int, int], ...] = (), symbols: dict | None = None):
         self.so_path = Path(so_path)
         self.output_metas = output_metas
+        # A graph with symbolic sizes (lowering/front/symbolic.py): its output shapes are
+        # computed per call from its inputs' sizes, and its descriptors carry the sizes.
+        self._sizes = _OutputSizes(symbols, output_metas) if symbols else None
         # Outputs written into their inputs: the compiled function has no out-parameter
         # for them (lowering/bufferize/graph_inputs.py) and writes those inputs.
         self.in_place = tuple(in_place)
@@ -150,9 +153,9 @@ class CpuExecutable(Executable):
         self._written = [input for input, _ in self.in_place]
         # Shapes and strides as tuples, for _empty_strided (an MLP training step
         # allocates 13 outputs).
-        self._allocations = [(tuple(shape), tuple(make_contiguous_strides_for(shape)), dtype)
-                             for k, (shape, dtype) in enumerate(output_metas)
-                             if k not in self._in_place_outputs]
+        self._allocations = [] if self._sizes else \
+            [(tuple(shape), tuple(make_contiguous_strides_for(shape)), dtype)
+             for k, (shape, dtype) in enumerate(output_metas) if k not in self._in_place_outputs]
         _allocator()  # defines the buffer functions the graph calls...
         _threads()  # ...the OpenMP entry points of its parallel loops...
         load_builtins()  # ...and the compiler runtime functions the system may lack
@@ -167,10 +170,13 @@ class CpuExecutable(Executable):
 
     def run(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         empty = _empty_strided
-        outputs = [empty(shape, strides, dtype) for shape, strides, dtype in self._allocations]
         dense = [t if t.is_contiguous() else t.contiguous() for t in inputs]  # kept alive
+        allocations = self._allocations if self._sizes is None else \
+            self._sizes.allocations(dense, self._in_place_outputs)
+        outputs = [empty(shape, strides, dtype) for shape, strides, dtype in allocations]
         written = self._written
-        frame = getattr(self._frames, "frame", None)
+        # (symbolic sizes: the descriptors' sizes are read, so they are made per call)
+        frame = None if self._sizes is not None else getattr(self._frames, "frame", None)
         # The compiled code has static shapes: only the data pointers of its arguments
         # change from call to call (the descriptors' sizes and strides are not read).
         if frame is None or len(frame[0]) != len(dense) + len(outputs):
@@ -196,6 +202,32 @@ class CpuExecutable(Executable):
         fresh = iter(outputs)
         return [dense[self._in_place_outputs[k]] if k in self._in_place_outputs
                 else next(fresh) for k in range(len(self.output_metas))]
+
+
+class _OutputSizes:
+    """Output shapes of a graph with symbolic sizes: each shape entry, an int or a Python
+    expression over the symbols (lowering/front/symbolic.py), becomes one function of
+    the input sizes, compiled once."""
+
+    def __init__(self, symbols: dict, output_metas: OutputMetas):
+        names = sorted(symbols)
+        self._sources = [tuple(symbols[name]) for name in names]
+        self._shapes = []
+        for shape, dtype in output_metas:
+            text = ", ".join(str(d) for d in shape)
+            function = eval(f"lambda {', '.join(names)}: ({text}{',' if shape else ''})",  # noqa: S307
+                            {"__builtins__": {}, "max": max, "min": min})
+            self._shapes.append((function, dtype))
+
+    def allocations(self, inputs: list[torch.Tensor], skipped) -> list:
+        values = [inputs[s[0]].shape[s[1]] if len(s) == 2 else
+                  (inputs[s[0]].shape[s[1]] - s[3]) // s[2] for s in self._sources]
+        result = []
+        for k, (function, dtype) in enumerate(self._shapes):
+            if k not in skipped:
+                shape = function(*values)
+                result.append((shape, tuple(make_contiguous_strides_for(shape)), dtype))
+        return result
 
 
 @cache
@@ -262,5 +294,6 @@ class CpuTarget(Target):
         tensor = torch.from_dlpack(source).contiguous()
         return tensor, tuple(tensor.shape), tensor.dtype
 
-    def load(self, artifact: Path, output_metas: OutputMetas, in_place=()) -> CpuExecutable:
-        return CpuExecutable(Path(artifact) / SO_NAME, output_metas, in_place)
+    def load(self, artifact: Path, output_metas: OutputMetas, in_place=(),
+             symbols: dict | None = None) -> CpuExecutable:
+        return CpuExecutable(Path(artifact) / SO_NAME, output_metas, in_place, symbols)

@@ -7,13 +7,14 @@ value twice. `buffer-results-to-out-params{hoist-static-allocs}` then crashes
 (LLVM 22: a use-after-erase in updateReturnOps, seen as SIGSEGV in SGD with
 momentum + clip_grad_norm_ and in gradient accumulation). Here each repeated
 return operand is replaced by a copy (`tensor.empty` + `linalg.copy`), which
-bufferizes to an out-parameter of its own.
+bufferizes to an out-parameter of its own (its dynamic sizes, in a graph with symbolic
+sizes, read from the value with `tensor.dim`).
 """
 
 from __future__ import annotations
 
 from mlir import ir
-from mlir.dialects import linalg, tensor
+from mlir.dialects import arith, linalg, tensor
 
 
 def copy_repeated_results(module: ir.Module) -> None:
@@ -33,6 +34,9 @@ def copy_repeated_results(module: ir.Module) -> None:
                 if not isinstance(rtt, ir.RankedTensorType):
                     continue
                 with ir.InsertionPoint(ret), ret.location:
-                    empty = tensor.EmptyOp(rtt.shape, rtt.element_type)
+                    sizes = [tensor.dim(value, arith.constant(ir.IndexType.get(), d))
+                             if rtt.is_dynamic_dim(d) else extent
+                             for d, extent in enumerate(rtt.shape)]
+                    empty = tensor.EmptyOp(sizes, rtt.element_type)
                     copied = linalg.copy(value, outs=[empty.result])
                 ret.operands[index] = copied

@@ -49,4 +49,6 @@ def _empty_tensor_result(node: torch.fx.Node) -> bool:
             or node.target._schema.is_mutable):
         return False
     val = node.meta.get("val")
-    return isinstance(val, torch.Tensor) and val.numel() == 0
+    # Concrete shapes only: a symbolic size (a dynamic graph) is not known to be 0.
+    return (isinstance(val, torch.Tensor) and all(type(d) is int for d in val.shape)
+            and val.numel() == 0)

@@ -29,7 +29,9 @@ from typing import Any
 
 import torch
 import torch.fx
-from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, unset_fake_temporarily
+from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
+
+from . import symbolic
 
 FORMAT = "lazymlir-fx"
 VERSION = 2
@@ -147,12 +149,16 @@ def loads(text: str) -> dict:
 
 def to_graph_module(graph: dict) -> torch.fx.GraphModule:
     """Rebuild an FX GraphModule with FakeTensor `val` metadata on every node."""
-    fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+    fake_mode = symbolic.fake_mode_for(graph)
+    sizes = symbolic.SymbolicGraph(graph, fake_mode) if symbolic.is_dynamic(graph) else None
     fx = torch.fx.Graph()
     inputs = []
     cpu = torch.device("cpu")
     with fake_mode:
         def fake(meta: dict) -> torch.Tensor:
+            if sizes is not None:  # SymInt sizes (symbolic.py): made in the mode
+                return torch.empty(sizes.shape(meta["shape"]),
+                                   dtype=dtype_from_name(meta["dtype"]))
             # A FakeTensor over a meta tensor made outside the mode: a quarter of the
             # time of torch.empty through the mode's dispatch (28 against 106 us; an
             # AdamW step's graph makes ~1100 of them).
@@ -171,7 +177,7 @@ def to_graph_module(graph: dict) -> torch.fx.GraphModule:
         for i, meta in enumerate(graph["inputs"]):
             node = fx.placeholder(f"arg{i}")
             if meta["dtype"] == "bool":
-                node.meta["val"] = torch.empty(meta["shape"], dtype=torch.uint8)
+                node.meta["val"] = fake({**meta, "dtype": "uint8"})
                 node = convert(node, torch.bool)
             else:
                 node.meta["val"] = fake(meta)
@@ -186,6 +192,8 @@ def to_graph_module(graph: dict) -> torch.fx.GraphModule:
         results: list[list[torch.fx.Node]] = []
 
         def arg(value: Any) -> Any:
+            if isinstance(value, dict) and "sym" in value:
+                return sizes.size_arg(fx, inputs, value["sym"])
             if isinstance(value, dict) and "ref" in value:
                 kind, index, out = value["ref"]
                 if kind == "scalar":

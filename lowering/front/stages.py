@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from . import empty_results, fx_graph, numerics, tmtensor, unused_results
+from . import empty_results, fx_graph, numerics, symbolic, tmtensor, unused_results
 from ..bufferize import graph_inputs
 from ..mlir_runner import TORCH_MLIR, print_module, run_pipeline
 
@@ -42,7 +42,10 @@ def import_fx(fx_text: str):
 
     # Eager's numerics (accumulation types, NaN rules, blocked sums): numerics.py.
     graph = fx_graph.loads(fx_text)
-    gm = numerics.apply(fx_graph.to_graph_module(graph))
+    gm = fx_graph.to_graph_module(graph)
+    if symbolic.is_dynamic(graph):  # views between symbolic shapes (symbolic.py)
+        gm = symbolic.reshape_through_flat(gm)
+    gm = numerics.apply(gm)
     empty_results.replace_empty_results(gm)  # zero-element results: no computation
     importer = FxImporter(context=TORCH_MLIR.context())
     importer.import_stateless_graph(gm.graph, func_name="main")
