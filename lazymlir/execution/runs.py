@@ -1,0 +1,184 @@
+"""Graph runs in the background: `mark_step()` launches a graph, a read waits for it.
+
+One execution thread per session runs the graphs `mark_step()` launches, one at a
+time, in launch order, so a graph whose inputs are outputs of an earlier launch
+finds them computed (or failed) when its turn comes. The compiled code is called
+through ctypes, which releases the GIL: the next step's tracing in Python overlaps
+the previous step's run. At most `IN_FLIGHT` graphs are launched and not finished:
+a launch beyond that waits for the oldest, which bounds memory (each run holds its
+inputs and outputs) and keeps the tracer at most one step ahead.
+
+Errors of a background run are kept on its values (the tracing layer's `done`
+callback marks them failed: reading one raises the error) and also raised once by
+the next wait point (`take_error`: any sync point, `lazymlir.wait()`), with a note
+naming the graph, so an error nobody reads is not lost. A run whose input failed in
+the background (`FailedInput`) fails with that input's error, which is not raised a
+second time. Nothing here kills the process: the thread catches everything.
+
+The execution thread's OpenMP team: compiled loops fork on the calling thread's
+libgomp team (targets/cpu_threads.py); a thread that is not one of PyTorch's starts
+with OpenMP's default thread count, so each run carries `torch.get_num_threads()`
+of the thread that launched it.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import threading
+from collections.abc import Callable
+
+import torch
+
+from .. import session
+
+log = logging.getLogger("lazymlir.runs")
+
+IN_FLIGHT = 1  # launched graphs not finished, at most (a launch beyond waits)
+
+
+class FailedInput(Exception):
+    """Raised by a run's input resolver: an input's own graph failed (`error`)."""
+
+    def __init__(self, error: BaseException):
+        super().__init__(str(error))
+        self.error = error
+
+
+class Run:
+    """One launched graph: `wait()` returns once it has run and its outputs are bound."""
+
+    __slots__ = ("label", "error", "_done")
+
+    def __init__(self, label: str):
+        self.label = label
+        self.error: BaseException | None = None
+        self._done = threading.Event()
+
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self) -> None:
+        self._done.wait()
+
+
+class Runner:
+    """The execution thread of a session and its queue of launched runs."""
+
+    def __init__(self, in_flight: int = IN_FLIGHT):
+        self.in_flight = in_flight
+        self._queue: collections.deque = collections.deque()  # head: running or next
+        self._changed = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._unreported: list[Run] = []
+        self._threads = 0  # the OpenMP thread count set on the execution thread
+
+    def launch(self, run: Run, job: Callable[[], list],
+               done: Callable[[list | None, BaseException | None], None]) -> None:
+        """Queue `job()` (-> outputs) as `run`, after every earlier launch; `done(outputs,
+        error)` binds its outcome on the execution thread before the run counts as
+        finished. Waits first while `in_flight` runs are unfinished."""
+        threads = torch.get_num_threads()
+        with self._changed:
+            while len(self._queue) >= self.in_flight:
+                self._changed.wait()
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="lazymlir-run",
+                                                daemon=True)
+                self._thread.start()
+            self._queue.append((run, job, done, threads))
+            self._changed.notify_all()
+
+    def busy(self) -> bool:
+        return bool(self._queue)
+
+    def drain(self) -> None:
+        """Wait until every launched run has finished (errors stay for `take_error`)."""
+        with self._changed:
+            while self._queue:
+                self._changed.wait()
+
+    def take_error(self) -> BaseException | None:
+        """The error of the oldest failed run not reported yet (now reported), or None."""
+        with self._changed:
+            return self._unreported.pop(0).error if self._unreported else None
+
+    def reported(self, error: BaseException) -> None:
+        """`error` reached the user another way (a read of a failed value): not again."""
+        with self._changed:
+            self._unreported = [r for r in self._unreported if r.error is not error]
+
+    def close(self) -> None:
+        """Finish the launched runs and end the thread (an error nobody took is logged)."""
+        with self._changed:
+            thread, self._thread = self._thread, None
+            if thread is not None:
+                self._queue.append(None)
+                self._changed.notify_all()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+        for run in self._unreported:
+            log.warning("lazymlir: graph %s failed in the background and nothing read its "
+                        "values: %s: %s", run.label, type(run.error).__name__, run.error)
+        self._unreported = []
+
+    def _loop(self) -> None:
+        while True:
+            with self._changed:
+                while not self._queue:
+                    self._changed.wait()
+                item = self._queue[0]
+            if item is None:
+                with self._changed:
+                    self._queue.popleft()
+                    self._changed.notify_all()
+                return
+            run, job, done, threads = item
+            if threads != self._threads:
+                torch.set_num_threads(threads)
+                self._threads = threads
+            self._run(run, job, done)
+            with self._changed:
+                self._queue.popleft()
+                run._done.set()
+                self._changed.notify_all()
+
+    def _run(self, run: Run, job, done) -> None:
+        outputs, error, fresh = None, None, True
+        try:
+            outputs = job()
+        except FailedInput as failed:
+            error, fresh = failed.error, False
+        except BaseException as raised:  # noqa: BLE001  kept for the reader, never lost
+            error = raised
+        try:
+            done(outputs, error)
+        except BaseException as raised:  # noqa: BLE001
+            log.exception("lazymlir: binding the outputs of graph %s failed", run.label)
+            error = error or raised
+        if error is not None:
+            run.error = error
+            if fresh:
+                note = (f"lazymlir: raised by graph {run.label}, which ran in the background "
+                        "after mark_step() (LAZYMLIR_ASYNC=0 runs it at mark_step())")
+                if note not in getattr(error, "__notes__", ()):
+                    error.add_note(note)
+                with self._changed:
+                    self._unreported.append(run)
+
+
+def runner(current) -> Runner:
+    """The session's runner (made on first use)."""
+    if current.runs is None:
+        current.runs = Runner()
+    return current.runs
+
+
+def _forget_in_child() -> None:
+    # A forked child (a compile worker, a DataLoader worker) has no execution thread,
+    # and may hold a copy of the queue's lock taken: it starts without a runner.
+    session.current().runs = None
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
