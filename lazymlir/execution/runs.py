@@ -64,11 +64,17 @@ class Run:
 
 
 class Runner:
-    """The execution thread of a session and its queue of launched runs."""
+    """The execution thread of a session and its queue of launched runs.
+
+    The queue's head is the run in progress, or the next one. A thread that has to
+    wait for the head while the execution thread has not taken it yet (it has not
+    been scheduled since the launch: a busy machine) runs it itself instead
+    (`_claim`): the same order, without waiting for a wake-up."""
 
     def __init__(self, in_flight: int = IN_FLIGHT):
         self.in_flight = in_flight
-        self._queue: collections.deque = collections.deque()  # head: running or next
+        self._queue: collections.deque = collections.deque()
+        self._claimed = False  # the head is being run (by the execution thread or not)
         self._changed = threading.Condition()
         self._thread: threading.Thread | None = None
         self._unreported: list[Run] = []
@@ -77,12 +83,11 @@ class Runner:
     def launch(self, run: Run, job: Callable[[], list],
                done: Callable[[list | None, BaseException | None], None]) -> None:
         """Queue `job()` (-> outputs) as `run`, after every earlier launch; `done(outputs,
-        error)` binds its outcome on the execution thread before the run counts as
-        finished. Waits first while `in_flight` runs are unfinished."""
+        error)` binds its outcome before the run counts as finished. Waits first while
+        `in_flight` runs are unfinished."""
         threads = torch.get_num_threads()
+        self._wait_until(lambda: len(self._queue) < self.in_flight)
         with self._changed:
-            while len(self._queue) >= self.in_flight:
-                self._changed.wait()
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="lazymlir-run",
                                                 daemon=True)
@@ -90,14 +95,14 @@ class Runner:
             self._queue.append((run, job, done, threads))
             self._changed.notify_all()
 
-    def busy(self) -> bool:
-        return bool(self._queue)
+    def wait_for(self, run: Run) -> None:
+        """Return once `run` has finished."""
+        if not run.done():
+            self._wait_until(run.done)
 
     def drain(self) -> None:
         """Wait until every launched run has finished (errors stay for `take_error`)."""
-        with self._changed:
-            while self._queue:
-                self._changed.wait()
+        self._wait_until(lambda: not self._queue)
 
     def take_error(self) -> BaseException | None:
         """The error of the oldest failed run not reported yet (now reported), or None."""
@@ -111,6 +116,7 @@ class Runner:
 
     def close(self) -> None:
         """Finish the launched runs and end the thread (an error nobody took is logged)."""
+        self.drain()
         with self._changed:
             thread, self._thread = self._thread, None
             if thread is not None:
@@ -123,26 +129,52 @@ class Runner:
                         "values: %s: %s", run.label, type(run.error).__name__, run.error)
         self._unreported = []
 
+    def _wait_until(self, ready: Callable[[], bool]) -> None:
+        while True:
+            with self._changed:
+                # (The head is None only while closing: the execution thread's to take.)
+                while not ready() and (self._claimed or self._queue[0] is None):
+                    self._changed.wait()
+                if ready():
+                    return
+                item = self._claim()
+            self._execute(item, on_user_thread=True)
+
+    def _claim(self):
+        """Take the head to run it (the lock held; the head is not claimed)."""
+        self._claimed = True
+        return self._queue[0]
+
+    def _execute(self, item, on_user_thread: bool = False) -> None:
+        run, job, done, threads = item
+        try:
+            self._run(run, job, done)
+        finally:
+            with self._changed:
+                self._queue.popleft()
+                self._claimed = False
+                run._done.set()
+                self._changed.notify_all()
+        if on_user_thread and run.error is not None and not isinstance(run.error, Exception):
+            raise run.error  # an interrupt (Ctrl-C) of a run on the user's thread
+
     def _loop(self) -> None:
         while True:
             with self._changed:
-                while not self._queue:
+                while not self._queue or self._claimed:
                     self._changed.wait()
-                item = self._queue[0]
+                item = self._claim()
             if item is None:
                 with self._changed:
                     self._queue.popleft()
+                    self._claimed = False
                     self._changed.notify_all()
                 return
-            run, job, done, threads = item
+            threads = item[3]
             if threads != self._threads:
                 torch.set_num_threads(threads)
                 self._threads = threads
-            self._run(run, job, done)
-            with self._changed:
-                self._queue.popleft()
-                run._done.set()
-                self._changed.notify_all()
+            self._execute(item)
 
     def _run(self, run: Run, job, done) -> None:
         outputs, error, fresh = None, None, True

@@ -32,7 +32,7 @@ def materialize(values: list[LazyValue], wait: bool = True) -> None:
         for value in values:
             run = value.run
             if run is not None:
-                run.wait()
+                runner.wait_for(run)
     try:
         for value in values:
             value.check()

@@ -173,3 +173,45 @@ def test_async_off_runs_at_mark_step():
         assert y.cpu().tolist() == [5.0, 5.0, 5.0]
     finally:
         settings.async_execution = before
+
+
+def test_runner_order_errors_and_waiting_threads_running_the_head():
+    """execution/runs.py alone: runs in launch order, a failed input's error is not
+    raised twice, and a waiting thread runs the head itself when it can."""
+    from lazymlir.execution import runs
+
+    runner = runs.Runner(in_flight=3)
+    order, bound = [], {}
+    gate = threading.Event()
+
+    def job(name, fail=None):
+        def run():
+            if name == "a":
+                gate.wait(30)
+            order.append((name, threading.current_thread().name))
+            if fail is not None:
+                raise fail
+            return [name]
+        return run
+
+    def done(name):
+        return lambda outputs, error: bound.__setitem__(name, error or outputs)
+    first = ValueError("boom")
+    a, b, c = runs.Run("a"), runs.Run("b"), runs.Run("c")
+    runner.launch(a, job("a", first), done("a"))
+    runner.launch(b, job("b", runs.FailedInput(first)), done("b"))
+    runner.launch(c, job("c"), done("c"))
+    gate.set()
+    runner.wait_for(c)
+    assert [name for name, _ in order] == ["a", "b", "c"]
+    assert bound == {"a": first, "b": first, "c": ["c"]}
+    assert any("graph a" in note for note in first.__notes__)
+    assert runner.take_error() is first and runner.take_error() is None
+    # With the execution thread held up, a waiting thread runs the head itself.
+    runner.close()
+    held = runs.Runner()
+    held._thread = threading.current_thread()  # stands in for one not scheduled yet
+    d = runs.Run("d")
+    held.launch(d, job("d"), done("d"))
+    held.wait_for(d)
+    assert order[-1] == ("d", threading.current_thread().name) and bound["d"] == ["d"]
