@@ -71,8 +71,11 @@ class Runner:
     been scheduled since the launch: a busy machine) runs it itself instead
     (`_claim`): the same order, without waiting for a wake-up."""
 
-    def __init__(self, in_flight: int = IN_FLIGHT):
+    def __init__(self, in_flight: int = IN_FLIGHT, thread: bool = True):
+        """`thread`: False starts no execution thread: runs happen on the threads that
+        wait for them (tests use it to stand for a thread never scheduled)."""
         self.in_flight = in_flight
+        self._start_thread = thread
         self._queue: collections.deque = collections.deque()
         self._claimed = False  # the head is being run (by the execution thread or not)
         self._changed = threading.Condition()
@@ -88,7 +91,7 @@ class Runner:
         threads = torch.get_num_threads()
         self._wait_until(lambda: len(self._queue) < self.in_flight)
         with self._changed:
-            if self._thread is None:
+            if self._thread is None and self._start_thread:
                 self._thread = threading.Thread(target=self._loop, name="lazymlir-run",
                                                 daemon=True)
                 self._thread.start()

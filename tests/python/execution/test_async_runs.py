@@ -209,8 +209,7 @@ def test_runner_order_errors_and_waiting_threads_running_the_head():
     assert runner.take_error() is first and runner.take_error() is None
     # With the execution thread held up, a waiting thread runs the head itself.
     runner.close()
-    held = runs.Runner()
-    held._thread = threading.current_thread()  # stands in for one not scheduled yet
+    held = runs.Runner(thread=False)  # stands in for an execution thread not scheduled yet
     d = runs.Run("d")
     held.launch(d, job("d"), done("d"))
     held.wait_for(d)
