@@ -4,7 +4,8 @@
         [--label NAME]
 
 One process; per round, one call each of: the step on `lazy_mlir` (`step();
-lazymlir.mark_step()`), the same step eagerly, through
+lazymlir.mark_step(); lazymlir.wait()`: the run waited for, so that it is a phase
+of the call, not overlapped with the next), the same step eagerly, through
 torch.compile(backend="lazymlir") and, with `--inductor`, through inductor (each
 on its own copy of the same initial weights), every call timed: the call-by-call
 alternation of a training script that mixes eager work with its steps. The lazy
