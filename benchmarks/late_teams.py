@@ -2,14 +2,14 @@
 
     PYTHONPATH=. python -m benchmarks.late_teams [--only mlp,gpt] [--calls 30]
 
-targets/cpu_threads.py runs a parallel loop on the calling thread alone for a while
-after a fork whose team was late (a thread of PyTorch's OpenMP team waited for a
-core: a machine busier than its cores). Here the lazy training step (its run
-waited for) runs with the policy (`on`), without it (`off`: a late floor no wait
-reaches, so every fork goes to the team, as before the policy), and eagerly,
-alternating call by call in one process; medians, and the median of per-round
-ratios to eager. On a quiet machine the two lazy columns should match (no fork is late); the policy pays off only
-under load, so the load average is part of the result.
+targets/cpu_threads.py runs a parallel loop on the calling thread alone for a while after
+a fork whose team was late (a thread of PyTorch's OpenMP team waited for a core: a machine
+busier than its cores). Here the lazy training step (its run waited for) runs with the
+policy (`on`), without it (`off`: a late floor no wait reaches, so every fork goes to the
+team, as before the policy), and eagerly, alternating call by call in one process;
+medians, and the median of per-round ratios to eager. On a quiet machine the two lazy
+columns should match (no fork is late); the policy pays off only under load, so the load
+average is part of the result.
 """
 
 from __future__ import annotations
