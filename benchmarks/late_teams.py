@@ -32,15 +32,13 @@ POLICY = {"on": (200_000, 10_000_000, 1_000_000_000), "off": (1 << 62, 10_000_00
 
 
 def measure(key: str, calls: int) -> dict:
-    import lazymlir
     from lazymlir.targets import cpu
 
     pair = TrainingPair(*training_workload(key))
     eager = pair.eager_step
 
     def lazy():  # the step's run waited for: the policy acts on the compiled code
-        pair.lazy_step()
-        lazymlir.wait()
+        pair.lazy_step(wait=True)
     for _ in range(3):
         lazy()
         eager()
