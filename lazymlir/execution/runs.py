@@ -197,7 +197,8 @@ class Runner:
             if fresh:
                 note = (f"lazymlir: raised by graph {run.label}, which ran in the background "
                         "after mark_step() (LAZYMLIR_ASYNC=0 runs it at mark_step())")
-                if note not in getattr(error, "__notes__", ()):
+                # add_note: Python 3.11+ (on 3.10 the error goes without the note).
+                if hasattr(error, "add_note") and note not in getattr(error, "__notes__", ()):
                     error.add_note(note)
                 with self._changed:
                     self._unreported.append(run)

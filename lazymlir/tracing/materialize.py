@@ -100,9 +100,15 @@ def _launch(plan, key: str, graph: dict, pending: list[LazyValue], inputs: list[
                 value.failed(error)
     # Running before the launch: the execution thread may bind them at once.
     run = runs.Run(f"{key[:16]} ({len(graph['nodes'])} ops)")
+    nodes = [value.node for value in pending]
     for value in pending:
         value.launched(run)
-    executor.launch(plan, run, resolve, scalars, done)
+    try:
+        executor.launch(plan, run, resolve, scalars, done)
+    except BaseException:  # not queued (an interrupt while waiting for a slot): pending
+        for value, node in zip(pending, nodes):
+            value.node, value.run = node, None
+        raise
 
 
 def _sharing_the_failed_op(pending: list[LazyValue], error: BaseException) -> list[LazyValue]:
