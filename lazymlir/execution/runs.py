@@ -15,6 +15,10 @@ naming the graph, so an error nobody reads is not lost. A run whose input failed
 the background (`FailedInput`) fails with that input's error, which is not raised a
 second time. Nothing here kills the process: the thread catches everything.
 
+A thread that must wait for the run at the head of the queue while the execution
+thread has not started it (not scheduled since the launch, on a busy machine) runs
+it itself, in the same order: a read right after `mark_step()` costs no wake-up.
+
 The execution thread's OpenMP team: compiled loops fork on the calling thread's
 libgomp team (targets/cpu_threads.py); a thread that is not one of PyTorch's starts
 with OpenMP's default thread count, so each run carries `torch.get_num_threads()`
