@@ -2,14 +2,14 @@
 
     PYTHONPATH=. python -m benchmarks.late_teams [--only mlp,gpt] [--calls 30]
 
-targets/cpu_threads.py runs a parallel loop on the calling thread alone for a while
-after a fork whose team was late (a thread of PyTorch's OpenMP team waited for a
-core: a machine busier than its cores). Here the lazy training step runs with the
-policy (`on`), without it (`off`: a late floor no wait reaches, so every fork goes
-to the team, as before the policy), and eagerly, alternating call by call in one
-process; medians, and the median of per-round ratios to eager. On a quiet machine
-the two lazy columns should match (no fork is late); the policy pays off only
-under load, so the load average is part of the result.
+targets/cpu_threads.py runs a parallel loop on the calling thread alone for a while after
+a fork whose team was late (a thread of PyTorch's OpenMP team waited for a core: a machine
+busier than its cores). Here the lazy training step (its run waited for) runs with the
+policy (`on`), without it (`off`: a late floor no wait reaches, so every fork goes to the
+team, as before the policy), and eagerly, alternating call by call in one process;
+medians, and the median of per-round ratios to eager. On a quiet machine the two lazy
+columns should match (no fork is late); the policy pays off only under load, so the load
+average is part of the result.
 """
 
 from __future__ import annotations
@@ -22,9 +22,8 @@ import time
 
 import torch
 
-from . import models
 from .results_dir import result_path
-from .run import _mlp, _mse, _train_step
+from .run import TrainingPair, training_workload
 
 U64 = ctypes.c_uint64
 # targets/cpu_threads.py's limits: late floor, first and longest alone windows (ns).
@@ -32,34 +31,14 @@ POLICY = {"on": (200_000, 10_000_000, 1_000_000_000), "off": (1 << 62, 10_000_00
                                                               1_000_000_000)}
 
 
-def _workload(key: str):
-    if key == "mlp":
-        generator = torch.Generator().manual_seed(1)
-        x, y = torch.randn(64, 256, generator=generator), torch.randn(64, 256, generator=generator)
-        return (lambda: _mlp(0)), (lambda p: torch.optim.SGD(p, lr=0.01)), _mse, x, y
-    config = models.GPTConfig()
-    idx, targets = models.gpt_batch(config, models.BENCH_BATCH, torch.Generator().manual_seed(1))
-    return (lambda: models.gpt(config, 0)), (lambda p: torch.optim.AdamW(p, lr=1e-3)), \
-        models.gpt_loss, idx, targets
-
-
 def measure(key: str, calls: int) -> dict:
-    import lazymlir
     from lazymlir.targets import cpu
 
-    make_model, make_opt, loss_fn, x, y = _workload(key)
-    eager_model = make_model()
-    eager_opt = make_opt(eager_model.parameters())
-    lazy_model = make_model().to("lazy_mlir")
-    lazy_opt = make_opt(lazy_model.parameters())
-    xl, yl = x.to("lazy_mlir"), y.to("lazy_mlir")
+    pair = TrainingPair(*training_workload(key))
+    eager = pair.eager_step
 
-    def eager():
-        _train_step(eager_model, eager_opt, x, y, loss_fn)
-
-    def lazy():
-        _train_step(lazy_model, lazy_opt, xl, yl, loss_fn)
-        lazymlir.mark_step()
+    def lazy():  # the step's run waited for: the policy acts on the compiled code
+        pair.lazy_step(wait=True)
     for _ in range(3):
         lazy()
         eager()

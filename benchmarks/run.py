@@ -199,36 +199,80 @@ def _train_step(model, opt, x, y, loss_fn=_mse):
     return loss
 
 
+def training_workload(key: str):
+    """(make_model, make_opt, loss_fn, x, y) of a benchmark training step: "mlp" (SGD)
+    or "gpt" (the small GPT of benchmarks/models.py, AdamW); fixed data."""
+    from benchmarks import models
+
+    generator = torch.Generator().manual_seed(1)
+    if key == "mlp":
+        x, y = torch.randn(64, 256, generator=generator), torch.randn(64, 256, generator=generator)
+        return (lambda: _mlp(0)), (lambda p: torch.optim.SGD(p, lr=0.01)), _mse, x, y
+    config = models.GPTConfig()
+    idx, targets = models.gpt_batch(config, models.BENCH_BATCH, generator)
+    return (lambda: models.gpt(config, 0)), (lambda p: torch.optim.AdamW(p, lr=1e-3)), \
+        models.gpt_loss, idx, targets
+
+
+class TrainingPair:
+    """One training step eagerly and on lazy_mlir, each on its own copy of the same
+    initial weights (`make_model()` is deterministic), for benchmarks that alternate
+    them; `lazy_copies` more lazy models (with their optimizers) for lazy variants."""
+
+    def __init__(self, make_model, make_opt, loss_fn, x, y, lazy_copies: int = 0):
+        self.loss_fn, self.x, self.y = loss_fn, x, y
+        self.eager_model = make_model()
+        self.eager_opt = make_opt(self.eager_model.parameters())
+        self.lazy = []
+        for _ in range(1 + lazy_copies):
+            model = make_model().to("lazy_mlir")
+            self.lazy.append((model, make_opt(model.parameters())))
+        self.lazy_model, self.lazy_opt = self.lazy[0]
+        self.xl, self.yl = x.to("lazy_mlir"), y.to("lazy_mlir")
+
+    def eager_step(self):
+        return _train_step(self.eager_model, self.eager_opt, self.x, self.y, self.loss_fn)
+
+    def lazy_step(self, copy: int = 0, mark_step: bool = True, wait: bool = False):
+        """One lazy step (`mark_step()` after it unless told not to; `wait`: and its
+        run waited for, not left running in the background); its loss."""
+        import lazymlir
+
+        model, opt = self.lazy[copy]
+        loss = _train_step(model, opt, self.xl, self.yl, self.loss_fn)
+        if mark_step:
+            lazymlir.mark_step()
+        if wait:
+            lazymlir.wait()
+        return loss
+
+    def max_abs_err(self, copy: int = 0) -> float:
+        """Largest weight difference between eager and a lazy copy (same number of steps
+        taken: the same weights, up to rounding)."""
+        return max((pe - pl.cpu()).abs().max().item()
+                   for pe, pl in zip(self.eager_model.parameters(),
+                                     self.lazy[copy][0].parameters()))
+
+
 def _training_bench(name: str, make_model, make_opt, loss_fn, x, y, reps: int,
                     inductor: bool) -> Row:
     """One training step eagerly, on lazy_mlir (one graph per step) and through
     torch.compile, each on its own copy of the same initial weights."""
-    import lazymlir
-
-    eager_model = make_model()
-    eager_opt = make_opt(eager_model.parameters())
-    lazy_model = make_model().to("lazy_mlir")
-    lazy_opt = make_opt(lazy_model.parameters())
-    xl, yl = x.to("lazy_mlir"), y.to("lazy_mlir")
-
-    def lazy_step():
-        loss = _train_step(lazy_model, lazy_opt, xl, yl, loss_fn)
-        lazymlir.mark_step()
-        return loss
-
+    pair = TrainingPair(make_model, make_opt, loss_fn, x, y)
     compiled_model = make_model()
     compiled_opt = make_opt(compiled_model.parameters())
     row = Row(name, 0.0, 0.0, 0.0, 0.0)
     before = _fallbacks()
+    # The run waited for: `lazy ms` is the whole step, and it does not run behind the
+    # eager call that follows (benchmarks.async_steps measures the overlap).
     eager, first, lazy, code, _, others = _paired_timing(
-        lambda: _train_step(eager_model, eager_opt, x, y, loss_fn), lazy_step, reps,
+        pair.eager_step, lambda: pair.lazy_step(wait=True), reps,
         _compile_contenders(row, lambda: _train_step(compiled_model, compiled_opt, x, y,
                                                      loss_fn), [], inductor))
     row.fallbacks = _fallbacks() - before
     row.eager_ms, row.lazy_ms, row.code_ms, row.first_s = eager, lazy, code, first
     # Eager and lazy took the same number of steps from the same weights: compare them.
-    row.max_abs_err = max((pe - pl.cpu()).abs().max().item()
-                          for pe, pl in zip(eager_model.parameters(), lazy_model.parameters()))
+    row.max_abs_err = pair.max_abs_err()
     _fill_compiled(row, others)
     return row
 

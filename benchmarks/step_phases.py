@@ -4,7 +4,8 @@
         [--label NAME]
 
 One process; per round, one call each of: the step on `lazy_mlir` (`step();
-lazymlir.mark_step()`), the same step eagerly, through
+lazymlir.mark_step(); lazymlir.wait()`: the run waited for, so that it is a phase
+of the call, not overlapped with the next), the same step eagerly, through
 torch.compile(backend="lazymlir") and, with `--inductor`, through inductor (each
 on its own copy of the same initial weights), every call timed: the call-by-call
 alternation of a training script that mixes eager work with its steps. The lazy
@@ -43,7 +44,7 @@ import torch
 
 from . import models
 from .results_dir import result_path
-from .run import _mlp, _mse, _train_step
+from .run import TrainingPair, _train_step, training_workload
 
 PHASES = ("tracing", "collect", "graph build", "hash", "cache lookup", "launch", "code",
           "bind", "other")
@@ -96,46 +97,28 @@ class Phases:
         cpu.CpuExecutable.__init__ = init_timed
 
 
-def _mlp_steps():
-    generator = torch.Generator().manual_seed(1)
-    x, y = torch.randn(64, 256, generator=generator), torch.randn(64, 256, generator=generator)
-    return lambda: _mlp(0), lambda p: torch.optim.SGD(p, lr=0.01), _mse, x, y
-
-
-def _gpt_steps():
-    config = models.GPTConfig()
-    idx, targets = models.gpt_batch(config, models.BENCH_BATCH, torch.Generator().manual_seed(1))
-    return (lambda: models.gpt(config, 0), lambda p: torch.optim.AdamW(p, lr=1e-3),
-            models.gpt_loss, idx, targets)
-
-
 WORKLOADS = {
-    "mlp": ("mlp train step 64x256-512-256 SGD", _mlp_steps),
+    "mlp": "mlp train step 64x256-512-256 SGD",
     "gpt": (f"gpt train step {models.GPTConfig().layers}x(d{models.GPTConfig().dim},"
-            f"h{models.GPTConfig().heads}) b{models.BENCH_BATCH}xs{models.GPTConfig().seq} AdamW",
-            _gpt_steps),
+            f"h{models.GPTConfig().heads}) b{models.BENCH_BATCH}xs{models.GPTConfig().seq} AdamW"),
 }
 
 
 def measure(key: str, calls: int, inductor: bool, phases: Phases) -> dict:
     import lazymlir
 
-    make_model, make_opt, loss_fn, x, y = WORKLOADS[key][1]()
-    contenders: dict[str, Callable[[], object]] = {}
-    model = make_model()
-    opt = make_opt(model.parameters())
-    contenders["eager"] = lambda: _train_step(model, opt, x, y, loss_fn)
-    lazy_model = make_model().to("lazy_mlir")
-    lazy_opt = make_opt(lazy_model.parameters())
-    xl, yl = x.to("lazy_mlir"), y.to("lazy_mlir")
+    make_model, make_opt, loss_fn, x, y = training_workload(key)
+    pair = TrainingPair(make_model, make_opt, loss_fn, x, y)
+    contenders: dict[str, Callable[[], object]] = {"eager": pair.eager_step}
     clock = time.perf_counter
     tracing: list[float] = []
 
     def lazy():
         began = clock()
-        _train_step(lazy_model, lazy_opt, xl, yl, loss_fn)
+        pair.lazy_step(mark_step=False)
         tracing.append(clock() - began)
         lazymlir.mark_step()
+        lazymlir.wait()  # the run is a phase of this call (not overlapped with the next)
     first = {}
     began = clock()
     lazy()
@@ -216,7 +199,7 @@ def main(argv=None) -> int:
     load_before = os.getloadavg()
     lines = []
     for key in args.only.split(","):
-        title = WORKLOADS[key][0]
+        title = WORKLOADS[key]
         result = measure(key, args.calls, args.inductor, phases)
         lines += _table(title, result)
         print("\n".join(_table(title, result)), flush=True)

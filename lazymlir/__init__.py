@@ -3,7 +3,7 @@
     import torch, lazymlir
     x = torch.randn(4, 4).to("lazy_mlir")   # ops on x are recorded, not run
     y = (x @ x).relu().sum()
-    lazymlir.mark_step()                     # one graph: compiled once, run
+    lazymlir.mark_step()                     # one graph: compiled once, run (in the background)
     print(y.item())
 
 Layers (each imports only the ones below it; CI checks this with import-linter):
@@ -44,7 +44,7 @@ from .support.errors import (  # noqa: E402
     LazyMlirError,
     UnsupportedOperationError,
 )
-from .tracing.materialize import mark_step  # noqa: E402
+from .tracing.materialize import mark_step, wait  # noqa: E402
 
 __version__ = "0.2.0"
 
@@ -73,7 +73,7 @@ def _configure_logging() -> None:
 
 _configure_logging()
 
-__all__ = ["mark_step", "debug", "to_dlpack", "from_dlpack", "metrics", "config", "session",
+__all__ = ["mark_step", "wait", "debug", "to_dlpack", "from_dlpack", "metrics", "config", "session",
            "dump_to", "wait_for_compiles", "target", "__version__", "bucket", "pad_to_bucket",
            "LazyMlirError", "CompileError", "CompilerCrashError", "ExecutionError",
            "UnsupportedOperationError"]

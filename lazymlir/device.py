@@ -16,7 +16,7 @@ import torch
 from . import autocast, device_guard, device_index, dlpack, module_moves, session, streams
 from .execution import executor
 from .tracing import device_rules, tracer
-from .tracing.materialize import mark_step, to_cpu
+from .tracing.materialize import mark_step, to_cpu, wait
 from .tracing.values import LazyTensor, LazyValue, Node, meta_like
 
 NAME = "lazy_mlir"
@@ -59,6 +59,7 @@ class _DeviceModule:
     def synchronize(device=None) -> None:
         """Run everything pending (like mark_step), then wait for the device."""
         mark_step()
+        wait()
 
     @staticmethod
     def _is_in_bad_fork() -> bool:

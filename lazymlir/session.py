@@ -42,6 +42,7 @@ class Session:
         # plan key -> (compile request, Future of its reply): executor.compile_ahead
         self.compiles_ahead: dict[str, tuple] = {}
         self.diagnostics: Any = None          # execution.diagnostics.Diagnostics
+        self.runs: Any = None                 # execution.runs.Runner: graphs run in the background
         self.verdicts: dict[tuple, str | None] = {}  # (target, op signature) -> why not / None
         self.static_scalar_ops: set[str] = set()  # ops whose scalars must stay constants
         self.warned: set[str] = set()         # fallback ops already warned about
@@ -56,6 +57,9 @@ class Session:
         return self.scratch
 
     def close(self) -> None:
+        if self.runs is not None:  # first: a run in flight may still use the scratch folder
+            self.runs.close()
+            self.runs = None
         for pool in (self.worker, self.background_worker):
             if pool is not None:
                 pool.close()

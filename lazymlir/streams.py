@@ -5,7 +5,7 @@ A lazy device has one order of work: ops are recorded in program order and every
 sync point runs what is pending before it returns. So a stream is only a name for
 that order: waiting on another stream or on an event has nothing to wait for, an
 event is complete once recorded, and synchronizing runs what is pending
-(`mark_step`).
+(`mark_step`) and waits for it (`lazymlir.wait`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import contextlib
 import torch
 
 from .tracing.materialize import mark_step
+from .tracing.materialize import wait as wait_for_runs
 
 
 class Event:
@@ -33,6 +34,7 @@ class Event:
 
     def synchronize(self) -> None:
         mark_step()
+        wait_for_runs()
 
     def elapsed_time(self, end_event) -> float:
         raise RuntimeError("lazy_mlir events carry no timing: time with "
@@ -61,6 +63,7 @@ class Stream:
 
     def synchronize(self) -> None:
         mark_step()
+        wait_for_runs()
 
 
 _DEFAULT = Stream()

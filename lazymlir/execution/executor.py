@@ -30,7 +30,7 @@ import torch
 from .. import lowering, session, targets
 from ..lowering.front import checks, fx_graph
 from ..support.errors import CompileError, CompilerCrashError
-from . import diagnostics, disk_cache, dynamic_policy, fallback, graph_cache, partition
+from . import diagnostics, disk_cache, dynamic_policy, fallback, graph_cache, partition, runs
 from .compiler import CompileOptions, compile_graph, probe
 from .worker_pool import WorkerPool
 
@@ -48,18 +48,60 @@ def execute(graph: dict, inputs: list, scalars: list[float], key: str | None = N
     `key`: the graph's structural hash for the active target, if the caller
     keeps it (torch.compile graphs run many times unchanged).
     """
+    return run(prepare(graph, key)[0], inputs, scalars)
+
+
+def prepare(graph: dict, key: str | None = None) -> tuple:
+    """(the plan that runs `graph`, its structural hash): from the graph cache, or
+    made now (a compile; its errors are raised here, on the caller's thread)."""
     current = session.current()
     target = targets.active()
     key = key or fx_graph.structural_hash(graph, target.name)
     with current.lock:
-        plan = _plan(current, target, graph, key)
+        return _plan(current, target, graph, key), key
+
+
+def run(plan, inputs: list, scalars: list[float]) -> list:
+    """Run a plan of `prepare` on this thread."""
+    current = session.current()
     # Not metrics.timed: the context manager cost 3.6 us of a torch.compile graph's
     # ~40 us of Python per call.
     began = time.perf_counter()
     try:
-        return plan.run(target, inputs, scalars)
+        return plan.run(targets.active(), inputs, scalars)
     finally:
         current.metrics.add_time("ExecuteTime", time.perf_counter() - began)
+
+
+def in_background(plan) -> bool:
+    """Whether `launch` may run this plan on the execution thread: LAZYMLIR_ASYNC is on,
+    the target's code runs on any thread, and the plan is one compiled graph (a split
+    graph runs eager ops and compiles segments: it runs on the caller's thread)."""
+    return session.current().settings.async_execution and type(plan) is Compiled and \
+        targets.active().runs_in_background
+
+
+def launch(plan, run: runs.Run, inputs, scalars: list[float], done) -> None:
+    """Run `plan` as `run` on the session's execution thread after every earlier launch
+    (runs.py); `inputs()` gives its input buffers there, `done(outputs, error)` binds."""
+    target = targets.active()
+    metrics = session.current().metrics
+
+    def job() -> list:
+        buffers = inputs()
+        began = time.perf_counter()
+        try:
+            return plan.run(target, buffers, scalars)
+        finally:
+            metrics.add_time("ExecuteTime", time.perf_counter() - began)
+    runs.runner(session.current()).launch(run, job, done)
+
+
+def drain() -> None:
+    """Wait until every launched graph has run (their errors are not raised here)."""
+    runner = session.current().runs
+    if runner is not None:
+        runner.drain()
 
 
 def _cache(current) -> graph_cache.GraphCache:
@@ -101,6 +143,8 @@ def _plan(current, target, graph: dict, key: str):
         cache.put(key, plan)
         return plan
     compiles = current.metrics.counter("UncachedCompile")
+    # A miss may fork a compile worker: not while a background run is in its code.
+    drain()
     plan = _make_plan(current, target, graph, key)
     note = None
     if isinstance(plan, partition.Partitioned):  # its segments are logged as they compile

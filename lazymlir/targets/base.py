@@ -60,6 +60,10 @@ class Target(ABC):
     # Buffers are the caller's CPU tensors both ways: `borrow` and `give_back` need not
     # be called (the torch.compile path skips them, ~0.4 us per tensor per call).
     plain_cpu_tensors = False
+    # Its executables may run on another thread than the one that loaded them (the
+    # execution thread of mark_step()'s background runs, execution/runs.py). Not the
+    # cuda target's: its driver context is current on the thread that made it.
+    runs_in_background = False
 
     def borrow(self, cpu: torch.Tensor):
         """`cpu` as an input buffer for one run (torch.compile path); may share its memory."""

@@ -251,6 +251,7 @@ def _host_cpu() -> str:
 class CpuTarget(Target):
     name = "cpu"
     plain_cpu_tensors = True  # CpuExecutable.run makes strided inputs dense itself
+    runs_in_background = True  # per-thread argument frames; OpenMP team of the caller
 
     @staticmethod
     def temporaries_stats() -> dict[str, int] | None:

@@ -84,17 +84,18 @@ def decomposer(func, decomposition):
                 for k, v in kwargs.items():
                     key.append(k)
                     _template_key(v, key, inputs)
+            if len({id(v) for v in inputs}) != len(inputs):
+                # One value in two argument places (AdamW's addcmul(v, grad, grad)): the
+                # template ties them together, so it serves only calls that repeat
+                # values in the same places; the key says which.
+                first: dict = {}
+                key.append(tuple(first.setdefault(id(v), n) for n, v in enumerate(inputs)))
             key = tuple(key)
             template = templates.get(key)
         except (TypeError, _NoTemplate):  # unhashable or host-tensor arguments
             return run(f, args, kwargs)
         if template is not None:
             return _replay(template, inputs)
-        if len({id(v) for v in inputs}) != len(inputs):
-            # One value in two argument places: a template would tie them together for
-            # later calls that pass two different values. (Replaying a template made
-            # with distinct values for a call that repeats one is exact.)
-            return run(f, args, kwargs)
         start = node_seq_mark()
         impure = state.impure
         state.capture_start = start

@@ -13,19 +13,42 @@ from __future__ import annotations
 import torch
 
 from .. import session, targets
-from ..execution import executor
+from ..execution import executor, runs
 from ..support.errors import CompileError
 from .graph import build_graph, nodes_downstream_of, pending_nodes
 from .values import LazyTensor, LazyValue, live_pending_values
 
 
-def materialize(values: list[LazyValue]) -> None:
-    for value in values:
-        value.check()
+def materialize(values: list[LazyValue], wait: bool = True) -> None:
+    """Compute `values`. `wait`: return once they hold data (a read); else (mark_step)
+    a graph the execution thread can run is launched there and this returns at once.
+
+    Every call is a wait point: it first raises the error of a graph that failed in
+    the background (execution/runs.py) and was not raised yet; a read that computes
+    something first waits for every launched graph, so it raises theirs."""
+    current = session.current()
+    runner = current.runs
+    if wait and runner is not None:
+        for value in values:
+            run = value.run
+            if run is not None:
+                runner.wait_for(run)
+    try:
+        for value in values:
+            value.check()
+    except Exception as error:
+        if runner is not None:
+            runner.reported(error)
+        raise
     pending = list({id(v): v for v in values if v.pending}.values())
+    if runner is not None:
+        if wait and pending:
+            runner.drain()  # their graph runs here, after every launched one
+        error = runner.take_error()
+        if error is not None:
+            raise error
     if not pending:
         return
-    current = session.current()
     current.metrics.inc("Sync")
     with current.lock:
         # Another thread may have materialized some of them meanwhile.
@@ -37,7 +60,12 @@ def materialize(values: list[LazyValue]) -> None:
             # earlier) fails its values too, so the next mark_step() skips them
             # instead of raising the same error again for as long as they live.
             graph, inputs, scalars = build_graph(pending, frozenset(current.static_scalar_ops))
-            outputs = executor.execute(graph, [v.data for v in inputs], scalars)
+            plan, key = executor.prepare(graph)
+            if not wait and executor.in_background(plan):
+                _launch(plan, key, graph, pending, inputs, scalars)
+                return
+            executor.drain()  # inputs computed in the background are ready
+            outputs = executor.run(plan, [_ready(v) for v in inputs], scalars)
         # Not BaseException: an interrupt (Ctrl-C) leaves the values pending, so the next
         # read compiles them again instead of raising the KeyboardInterrupt once more.
         except Exception as error:
@@ -46,6 +74,41 @@ def materialize(values: list[LazyValue]) -> None:
             raise
         for value, data in zip(pending, outputs):
             value.materialized(data)
+
+
+def _ready(value: LazyValue):
+    """A graph input's data: its own graph has run (drained or earlier in the queue)."""
+    value.check()
+    return value.data
+
+
+def _launch(plan, key: str, graph: dict, pending: list[LazyValue], inputs: list[LazyValue],
+            scalars: list[float]) -> None:
+    """Run `plan` on the execution thread; `pending` are running until it binds them."""
+    def resolve() -> list:
+        try:
+            return [_ready(v) for v in inputs]
+        except Exception as error:  # an input's graph failed in the background
+            raise runs.FailedInput(error) from None
+
+    def done(outputs, error) -> None:
+        if error is None:
+            for value, data in zip(pending, outputs):
+                value.materialized(data)
+        else:
+            for value in pending:
+                value.failed(error)
+    # Running before the launch: the execution thread may bind them at once.
+    run = runs.Run(f"{key[:16]} ({len(graph['nodes'])} ops)")
+    nodes = [value.node for value in pending]
+    for value in pending:
+        value.launched(run)
+    try:
+        executor.launch(plan, run, resolve, scalars, done)
+    except BaseException:  # not queued (an interrupt while waiting for a slot): pending
+        for value, node in zip(pending, nodes):
+            value.node, value.run = node, None
+        raise
 
 
 def _sharing_the_failed_op(pending: list[LazyValue], error: BaseException) -> list[LazyValue]:
@@ -67,6 +130,15 @@ def to_cpu(tensor: LazyTensor) -> torch.Tensor:
 
 
 def mark_step() -> None:
-    """Compile (once) and run everything pending for live lazy_mlir tensors, as one graph."""
+    """Compile (once) and run everything pending for live lazy_mlir tensors, as one graph:
+    launched on the execution thread and not waited for (LAZYMLIR_ASYNC=1, off by default
+    for the cpu target), or run before returning."""
     session.current().metrics.inc("MarkStep")
-    materialize(live_pending_values())
+    materialize(live_pending_values(), wait=False)
+
+
+def wait() -> None:
+    """Wait until every graph launched by mark_step() has run; raise the error of one that
+    failed in the background, if no sync point has raised it yet."""
+    executor.drain()
+    materialize([])

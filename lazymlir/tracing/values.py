@@ -5,9 +5,12 @@ a PyTorch FunctionalTensorWrapper (functionalization runs above us), and the
 wrapper's inner value is a `LazyTensor`. So the tracer only ever sees
 functional ATen ops (`add.Tensor`, `select_copy.int`, `select_scatter`, ...).
 
-A `LazyTensor` points at a `LazyValue`, an SSA value in one of three states:
-pending (made by a `Node` of the trace), materialized (holding target data),
-or failed (its graph failed to compile or run: reading it raises that error).
+A `LazyTensor` points at a `LazyValue`, an SSA value in one of four states:
+pending (made by a `Node` of the trace), running (its graph was launched by
+`mark_step()` and runs in the background: `run` is set until it ends),
+materialized (holding target data), or failed (its graph failed to compile or
+run: reading it raises that error). Only a sync point reads `data`, after
+waiting for the value's run (tracing/materialize.py).
 Values are immutable, which functionalization guarantees, so several tensors
 may share one value (detach, clone, same-dtype copies) without copying.
 """
@@ -67,11 +70,12 @@ def signature(shape, dtype) -> int:
 
 
 class LazyValue:
-    """An immutable tensor value: pending (node, index), materialized (data) or failed.
+    """An immutable tensor value: pending (node, index), running (run), materialized
+    (data) or failed (error).
 
     `sig` is the signature() of its shape and dtype."""
 
-    __slots__ = ("meta", "node", "index", "data", "error", "sig", "__weakref__")
+    __slots__ = ("meta", "node", "index", "data", "error", "sig", "run", "__weakref__")
 
     def __init__(self, meta: torch.Tensor, node: Node | None = None, index: int = 0, data=None,
                  sig: int | None = None):
@@ -81,20 +85,30 @@ class LazyValue:
         self.data = data
         self.error: BaseException | None = None
         self.sig = signature(meta.shape, meta.dtype) if sig is None else sig
+        self.run = None  # execution.runs.Run computing it in the background
 
     @property
     def pending(self) -> bool:
         return self.node is not None
 
+    def launched(self, run) -> None:
+        """Its graph is built and queued: no longer pending, not yet computed."""
+        self.run = run
+        self.node = None
+
     def materialized(self, data) -> None:
         # Dropping the node releases the upstream trace once nothing else needs it.
+        # `run` last: a reader that finds it None finds the data (the execution thread
+        # binds background results).
         self.data = data
         self.node = None
+        self.run = None
 
     def failed(self, error: BaseException) -> None:
         # No traceback kept: it would hold the frames (and their tensors) alive.
         self.error = error.with_traceback(None)
         self.node = None
+        self.run = None
 
     def check(self) -> None:
         """Raise the error of the graph that failed to produce this value."""
@@ -118,7 +132,8 @@ class LazyTensor(torch.Tensor):
 
     def __repr__(self) -> str:  # never syncs: used in error messages and debuggers
         value = self._lazy
-        state = "pending" if value.pending else ("failed" if value.error else "materialized")
+        state = "pending" if value.pending else "running" if value.run is not None else \
+            ("failed" if value.error else "materialized")
         return f"LazyTensor({tuple(self.shape)}, {self.dtype}, {state})"
 
     # __torch_dispatch__ is installed by the tracer (tracing/tracer.py), which

@@ -108,15 +108,21 @@ def test_decomposition_replay_values_match_eager():
     assert_no_fallback()
 
 
-def test_decomposition_called_with_one_value_twice_is_not_templated():
+def test_decomposition_called_with_one_value_twice_has_its_own_template():
+    """A template captured from a call that passes one value twice (AdamW's
+    addcmul(v, grad, grad)) ties those places: it serves only calls that tie them too."""
     a, b, c = torch.randn(4, 3), torch.randn(4, 3), torch.randn(4, 3)
     la = a.to(DEVICE)
-    same = nn.functional.mse_loss(la, la)  # the first call of this signature
+    same = nn.functional.mse_loss(la, la)  # the first call of this signature: tied
     torch.testing.assert_close(same.cpu(), torch.tensor(0.0))
-    got = nn.functional.mse_loss(b.to(DEVICE), c.to(DEVICE))
+    got = nn.functional.mse_loss(b.to(DEVICE), c.to(DEVICE))  # not the tied template
     torch.testing.assert_close(got.cpu(), nn.functional.mse_loss(b, c))
-    again = nn.functional.mse_loss(la, la)  # a template made with distinct values
+    again = nn.functional.mse_loss(la, la)
     torch.testing.assert_close(again.cpu(), torch.tensor(0.0))
+    lb = b.to(DEVICE)
+    products = [torch.addcmul(lc, lb, lb, value=0.5) for lc in (c.to(DEVICE), a.to(DEVICE))]
+    for got, base in zip(products, (c, a)):  # the second replays the tied template
+        torch.testing.assert_close(got.cpu(), torch.addcmul(base, b, b, value=0.5))
 
 
 def test_decomposition_with_different_float_is_not_replayed_with_the_old_one():

@@ -1,0 +1,87 @@
+"""Tracing cost of an optimizer step on the lazy device: the small GPT's AdamW step and
+one in-place `_foreach_` op, in process CPU time.
+
+    PYTHONPATH=. python -m benchmarks.optimizer_trace [--steps 15] [--decompose-from COMMIT]
+
+Prints (1) the median tracing CPU ms of the small GPT's training step (forward,
+backward, AdamW; `benchmarks.run.training_workload("gpt")`, 3 warm-up steps, graphs run
+in `mark_step()`: LAZYMLIR_ASYNC=0) and (2) the median CPU us per element of
+`torch._foreach_addcmul_(vs, gs, gs, value=0.001)` over 30 lazy 64x64 tensors (AdamW's
+second-moment update: one value in two places). Process CPU time, not wall time: the
+machine may be shared (docs/tracing-performance.md).
+
+`--decompose-from COMMIT` loads `lazymlir/tracing/decompose.py` of that commit (git) in
+place of the current one, to compare a change of the decomposition templates in fresh
+processes alternated with the current code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import time
+import types
+
+
+def _old_decompose(commit: str) -> None:
+    from lazymlir.tracing import decompose
+
+    source = subprocess.run(["git", "show", f"{commit}:lazymlir/tracing/decompose.py"],
+                            capture_output=True, text=True, check=True).stdout
+    module = types.ModuleType("lazymlir.tracing._decompose_then")
+    module.__package__ = "lazymlir.tracing"
+    exec(compile(source, f"{commit}:decompose.py", "exec"), module.__dict__)  # noqa: S102
+    decompose.decomposer = module.decomposer  # routes are made on first use, after this
+
+
+def gpt_step_ms(steps: int) -> float:
+    import lazymlir
+
+    from .run import TrainingPair, training_workload
+
+    pair = TrainingPair(*training_workload("gpt"))
+    for _ in range(3):
+        pair.lazy_step()
+    cpu = []
+    for _ in range(steps):
+        began = time.process_time()
+        pair.lazy_step(mark_step=False)
+        cpu.append(time.process_time() - began)
+        lazymlir.mark_step()
+    return 1e3 * statistics.median(cpu)
+
+
+def foreach_addcmul_us(rounds: int = 60) -> float:
+    import lazymlir
+    import torch
+
+    vs = [torch.randn(64, 64).to("lazy_mlir") for _ in range(30)]
+    gs = [torch.randn(64, 64).to("lazy_mlir") for _ in range(30)]
+    times = []
+    for r in range(rounds):
+        began = time.process_time()
+        torch._foreach_addcmul_(vs, gs, gs, value=0.001)
+        times.append(time.process_time() - began)
+        if r % 10 == 9:
+            lazymlir.mark_step()
+    return 1e6 * statistics.median(times[5:]) / len(vs)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=15)
+    parser.add_argument("--decompose-from", default=None)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("LAZYMLIR_TARGET", "cpu")
+    os.environ["LAZYMLIR_ASYNC"] = "0"
+    if args.decompose_from:
+        _old_decompose(args.decompose_from)
+    print(f"gpt step tracing {gpt_step_ms(args.steps):.1f} CPU ms; foreach_addcmul_(v, g, g) "
+          f"{foreach_addcmul_us():.1f} CPU us per element; load {os.getloadavg()[0]:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
