@@ -53,7 +53,9 @@ def execute(graph: dict, inputs: list, scalars: list[float], key: str | None = N
 
 def prepare(graph: dict, key: str | None = None) -> tuple:
     """(the plan that runs `graph`, its structural hash): from the graph cache, or
-    made now (a compile; its errors are raised here, on the caller's thread)."""
+    made now (a compile, or the compile started ahead, loaded; its errors are raised
+    here, on the caller's thread; a graph with symbolic sizes raises instead of
+    being split)."""
     current = session.current()
     target = targets.active()
     key = key or fx_graph.structural_hash(graph, target.name)
@@ -225,15 +227,6 @@ def compile_ahead(graph: dict, key: str, background: bool = False) -> None:
         pool = _worker(current, background)
         current.compiles_ahead[key] = (payload, pool.submit(
             _compile_and_store, pool, payload, _disk(current), entry, text))
-
-
-def prepare(graph: dict, key: str) -> None:
-    """Compile `graph` (or take the compile started ahead) and load it now, raising a
-    CompileError instead of splitting it where the graph has symbolic sizes."""
-    current = session.current()
-    target = targets.active()
-    with current.lock:
-        _plan(current, target, graph, key)
 
 
 def compile_pending(key: str) -> bool:
