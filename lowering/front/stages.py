@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from . import fx_graph, numerics, tmtensor, unused_results
+from . import complex_ops, fx_graph, numerics, tmtensor, unused_results
 from ..bufferize import graph_inputs
 from ..mlir_runner import TORCH_MLIR, print_module, run_pipeline
 
@@ -43,6 +43,8 @@ def import_fx(fx_text: str):
     # Eager's numerics (accumulation types, NaN rules, blocked sums): numerics.py.
     graph = fx_graph.loads(fx_text)
     gm = numerics.apply(fx_graph.to_graph_module(graph))
+    # Complex arithmetic torch-mlir cannot lower, on real pairs (complex_ops.py).
+    gm = complex_ops.apply(gm)
     importer = FxImporter(context=TORCH_MLIR.context())
     importer.import_stateless_graph(gm.graph, func_name="main")
     pairs = fx_graph.in_place_pairs(graph)
