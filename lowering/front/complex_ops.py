@@ -17,27 +17,17 @@ from __future__ import annotations
 import torch
 import torch.fx
 
-from .fx_graph import meta_values
+from .fx_rewrite import Builder, fake_mode, meta_val
 
 aten = torch.ops.aten
 
 
-class _Builder:
-    """Inserts nodes before `anchor`, with FakeTensor `val` metadata."""
-
-    def __init__(self, graph: torch.fx.Graph, anchor: torch.fx.Node, mode):
-        self.graph, self.anchor, self.mode = graph, anchor, mode
-
-    def __call__(self, op, *args, **kwargs) -> torch.fx.Node:
-        with self.graph.inserting_before(self.anchor):
-            node = self.graph.call_function(op, args, kwargs)
-        with self.mode:
-            node.meta["val"] = op(*meta_values(args), **meta_values(kwargs))
-        return node
+class _PairBuilder(Builder):
+    """fx_rewrite's builder, plus complex values as (real, imaginary) pairs."""
 
     def pair(self, x) -> torch.fx.Node:
         """`x` as [..., 2] real and imaginary parts (a real tensor: imaginary 0)."""
-        if _val(x).dtype.is_complex:
+        if meta_val(x).dtype.is_complex:
             return self(aten.view_as_real.default, x)
         zero = self(aten.mul.Scalar, x, 0)
         return self(aten.stack.default, [x, zero], -1)
@@ -52,13 +42,9 @@ class _Builder:
 
     def from_pair(self, pair, dtype) -> torch.fx.Node:
         real = _real_of(dtype)
-        if _val(pair).dtype != real:
+        if meta_val(pair).dtype != real:
             pair = self(aten._to_copy.default, pair, dtype=real)
         return self(aten.view_as_complex.default, pair)
-
-
-def _val(x):
-    return x.meta.get("val") if isinstance(x, torch.fx.Node) else None
 
 
 def _real_of(dtype: torch.dtype) -> torch.dtype:
@@ -67,25 +53,25 @@ def _real_of(dtype: torch.dtype) -> torch.dtype:
 
 
 def _complex_tensor(x) -> bool:
-    val = _val(x)
+    val = meta_val(x)
     return isinstance(val, torch.Tensor) and val.dtype.is_complex
 
 
 def _real_number(x) -> bool:
     """A real Python number, or a graph's scalar input (a float that changes per step)."""
     if isinstance(x, torch.fx.Node):
-        return isinstance(_val(x), (int, float, torch.SymInt, torch.SymFloat))
+        return isinstance(meta_val(x), (int, float, torch.SymInt, torch.SymFloat))
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 def _tensor(x) -> bool:
-    return isinstance(_val(x), torch.Tensor)
+    return isinstance(meta_val(x), torch.Tensor)
 
 
 def _add(b, node, sign):
     a, other = node.args[0], node.args[1]
     alpha = node.kwargs.get("alpha", node.args[2] if len(node.args) > 2 else 1)
-    dtype = _val(node).dtype
+    dtype = meta_val(node).dtype
     if not isinstance(alpha, (int, float)) or not _tensor(a):
         return None
     if _tensor(other):
@@ -103,12 +89,12 @@ def _add(b, node, sign):
 
 
 def _neg(b, node):
-    return b.from_pair(b(aten.neg.default, b.pair(node.args[0])), _val(node).dtype)
+    return b.from_pair(b(aten.neg.default, b.pair(node.args[0])), meta_val(node).dtype)
 
 
 def _conj(b, node):
     re, im = b.parts(node.args[0])
-    return b.complex(re, b(aten.neg.default, im), _val(node).dtype)
+    return b.complex(re, b(aten.neg.default, im), meta_val(node).dtype)
 
 
 def _abs(b, node):
@@ -126,14 +112,14 @@ def _exp(b, node):
     re, im = b.parts(node.args[0])
     scale = b(aten.exp.default, re)
     return b.complex(b(aten.mul.Tensor, scale, b(aten.cos.default, im)),
-                     b(aten.mul.Tensor, scale, b(aten.sin.default, im)), _val(node).dtype)
+                     b(aten.mul.Tensor, scale, b(aten.sin.default, im)), meta_val(node).dtype)
 
 
 def _div(b, node):
     a, other = node.args[0], node.args[1]
     if not _tensor(a) or node.kwargs.get("rounding_mode") is not None:
         return None
-    dtype = _val(node).dtype
+    dtype = meta_val(node).dtype
     if not _tensor(other):
         if not _real_number(other):
             return None
@@ -153,13 +139,13 @@ def _mul_scalar(b, node):
     a, other = node.args[0], node.args[1]
     if not _tensor(a) or not _real_number(other):
         return None
-    return b.from_pair(b(aten.mul.Tensor, b.pair(a), other), _val(node).dtype)
+    return b.from_pair(b(aten.mul.Tensor, b.pair(a), other), meta_val(node).dtype)
 
 
 def _mul_tensor(b, node):
     """A complex tensor times a real tensor or number (complex x complex lowers)."""
     a, other = node.args[0], node.args[1]
-    dtype = _val(node).dtype
+    dtype = meta_val(node).dtype
     if not _tensor(other) or not _tensor(a):
         return _mul_scalar(b, node)
     if _complex_tensor(a) and _complex_tensor(other):
@@ -174,15 +160,15 @@ def _sum(b, node):
     if node.target == aten.sum.dim_IntList:
         dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
     keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
-    rank = _val(a).dim()
+    rank = meta_val(a).dim()
     dims = list(range(rank)) if not dims else [d % rank for d in dims]
-    return b.from_pair(b(aten.sum.dim_IntList, b.pair(a), dims, keepdim), _val(node).dtype)
+    return b.from_pair(b(aten.sum.dim_IntList, b.pair(a), dims, keepdim), meta_val(node).dtype)
 
 
 def _to_copy(b, node):
     """A real tensor cast to complex (complex to complex and to real lower)."""
     a = node.args[0]
-    dtype = _val(node).dtype
+    dtype = meta_val(node).dtype
     if _complex_tensor(a) or not dtype.is_complex or set(node.kwargs) - {"dtype"}:
         return None
     real = b(aten._to_copy.default, a, dtype=_real_of(dtype))
@@ -208,14 +194,6 @@ _REWRITES = {
 }
 
 
-def _fake_mode(gm: torch.fx.GraphModule):
-    for node in gm.graph.nodes:
-        val = node.meta.get("val")
-        if isinstance(val, torch.Tensor) and hasattr(val, "fake_mode"):
-            return val.fake_mode
-    return None
-
-
 def apply(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """Rewrite the complex ops torch-mlir cannot lower (a graph without complex values
     is returned untouched after one scan)."""
@@ -224,11 +202,11 @@ def apply(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
                and (any(_complex_tensor(a) for a in node.args) or _complex_tensor(node))]
     if not targets:
         return gm
-    mode = _fake_mode(gm)
+    mode = fake_mode(gm)
     if mode is None:
         return gm
     for node in targets:
-        new = _REWRITES[node.target](_Builder(gm.graph, node, mode), node)
+        new = _REWRITES[node.target](_PairBuilder(gm.graph, node, mode), node)
         if new is not None:
             node.replace_all_uses_with(new)
             gm.graph.erase_node(node)
