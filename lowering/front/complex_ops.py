@@ -4,9 +4,9 @@ An FX-level rewrite, applied before torch-mlir imports the graph (so on both ent
 points). torch-mlir lowers complex `mul`, `mm`, `view_as_real`, `view_as_complex` and
 `complex`, and the cpu stages lower the `complex` dialect they leave; its lowerings of
 `add`/`sub` (an integer multiply by alpha), `div`, `abs`, `exp`, `neg`, `angle`,
-`_conj`, `sum` and casts from real fail on complex operands. Each of those becomes
-real arithmetic on `view_as_real` of its operands ([..., 2]: real and imaginary
-parts) and, for a complex result, `view_as_complex` of the pair. Division is the
+`_conj`, `sum`, `polar` (broadcast) and casts from real fail on complex operands.
+Each of those becomes real arithmetic on `view_as_real` of its operands ([..., 2]:
+real and imaginary parts) and, for a complex result, `view_as_complex` of the pair. Division is the
 textbook formula (eager's CPU kernel scales by the larger part first), so results can
 differ from eager's in the last bits, and overflow earlier for parts above ~1e154
 (complex128) or ~1e19 (complex64).
@@ -175,7 +175,15 @@ def _to_copy(b, node):
     return b.complex(real, b(aten.mul.Scalar, real, 0), dtype)
 
 
+def _polar(b, node):
+    magnitude, angle = node.args[0], node.args[1]
+    return b.complex(b(aten.mul.Tensor, magnitude, b(aten.cos.default, angle)),
+                     b(aten.mul.Tensor, magnitude, b(aten.sin.default, angle)),
+                     meta_val(node).dtype)
+
+
 _REWRITES = {
+    aten.polar.default: _polar,
     aten.add.Tensor: lambda b, n: _add(b, n, 1),
     aten.sub.Tensor: lambda b, n: _add(b, n, -1),
     aten.neg.default: _neg,

@@ -20,7 +20,9 @@ def transforms(x, c):
             torch.fft.hfft(c), torch.fft.hfft2(c), torch.fft.hfftn(c), torch.fft.ihfft(x))
 
 
-@pytest.mark.parametrize("compiled", [False, True])
+# The lazy device's side runs in the OpInfo CI tier (fft.* in float32, no fallback);
+# float64 here, through torch.compile, checks the DFT matmuls to rounding.
+@pytest.mark.parametrize("compiled", [True])
 def test_fft_compiles(compiled):
     if target_name() != "cpu":
         pytest.skip("the gpu stages do not lower complex values yet")
