@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from . import complex_ops, fx_graph, numerics, tmtensor, unused_results
+from . import as_strided, complex_ops, fx_graph, numerics, tmtensor, unused_results
 from ..bufferize import graph_inputs
 from ..mlir_runner import TORCH_MLIR, print_module, run_pipeline
 
@@ -45,6 +45,8 @@ def import_fx(fx_text: str):
     gm = numerics.apply(fx_graph.to_graph_module(graph))
     # Complex arithmetic torch-mlir cannot lower, on real pairs (complex_ops.py).
     gm = complex_ops.apply(gm)
+    # as_strided as a gather by computed indices, not constant ones (as_strided.py).
+    gm = as_strided.as_gathers(gm)
     importer = FxImporter(context=TORCH_MLIR.context())
     importer.import_stateless_graph(gm.graph, func_name="main")
     pairs = fx_graph.in_place_pairs(graph)
