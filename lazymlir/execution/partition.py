@@ -204,4 +204,7 @@ def run_node_eagerly(graph: dict, target, index: int, env: dict) -> None:
              **{k: decode(v) for k, v in node["kwargs"].items()})
     for k, tensor in enumerate(out if isinstance(out, (list, tuple)) else [out]):
         if isinstance(tensor, torch.Tensor):  # None: an output nobody asked for
+            # A conj or neg view (`_conj`) shares its input's storage with a bit set:
+            # the upload copies the storage, so the bit is applied first.
+            tensor = tensor.resolve_conj().resolve_neg()
             env[("node", index, k)] = target.upload(tensor.contiguous())

@@ -72,7 +72,7 @@ BACKEND = Backend(
               DialectContract(frozenset({"builtin", "func", "memref", "arith", "math", "scf",
                                          "cf", "affine", "ml_program", "vector", "ub",
                                          "omp"}),
-                              ops=frozenset({"llvm.inline_asm"}))),
+                              ops=frozenset({"llvm.inline_asm", *stages.COMPLEX_PARTS}))),
         Stage("llvm", "mlir", lambda t, o: stages.to_llvm(t),
               "CPU: LLVM dialect, ready for mlir-translate + llc (lowering/cpu/codegen.py)",
               DialectContract(frozenset({"builtin", "llvm", "omp"}))),

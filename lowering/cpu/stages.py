@@ -18,6 +18,9 @@ LOOPS_PIPELINE = (
     # What schedule did not tile and vectorize: linalg on buffers -> scf
     # loops (LLVM's loop vectorizer takes the simple ones at -O3).
     "func.func(convert-linalg-to-loops),"
+    # Complex arithmetic (abs, div, exp...) -> arith/math on the parts; what stays
+    # (re, im, create, constant) the llvm stage lowers to LLVM structs.
+    "func.func(convert-complex-to-standard),"
     # Temporaries get deallocations where their last use is.
     "buffer-deallocation-pipeline,convert-bufferization-to-memref,"
     "canonicalize,cse)"
@@ -32,6 +35,9 @@ PARALLEL_LOOPS_PIPELINE = (
     + parallel.PARALLEL_PASSES + ","
     "canonicalize,cse)"
 )
+
+# The complex ops convert-complex-to-standard leaves (the loops stage allows them).
+COMPLEX_PARTS = frozenset({"complex.re", "complex.im", "complex.create", "complex.constant"})
 
 LLVM_PIPELINE = (
     "builtin.module("
@@ -58,6 +64,8 @@ LLVM_PIPELINE = (
     # The entry gets a C interface (_mlir_ciface_main), which c_interface.py makes
     # take its memref descriptor pointers packed in one array.
     "convert-func-to-llvm,convert-index-to-llvm,"
+    # Complex values (parts of complex64/complex128 buffers) -> LLVM structs.
+    "convert-complex-to-llvm,"
     # OpenMP regions (parallel loops) get LLVM types; mlir-translate outlines them.
     "convert-openmp-to-llvm,"
     # Casts left between the partial conversions must all cancel out.

@@ -18,6 +18,8 @@ import torch
 from torch._prims_common import is_non_overlapping_and_dense_or_false as is_non_overlapping_and_dense
 import torch.fx
 
+from .fx_rewrite import Builder, fake_mode
+
 aten = torch.ops.aten
 _AS_STRIDED = (aten.as_strided.default, aten.as_strided_copy.default)
 
@@ -88,3 +90,41 @@ def address_storage_roots(gm: torch.fx.GraphModule) -> bool:
         gm.graph.lint()
         gm.recompile()
     return changed
+
+
+def as_gathers(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """Each `as_strided` of a graph value (dense and contiguous there) as a gather of its
+    flattened elements at indices computed in the graph: offset + sum over dims of
+    arange(size) * stride. torch-mlir's importer lowers `as_strided` to a gather by
+    constant index tensors (`dense_resource` blobs), which the gpu stages do not carry
+    into kernel modules (the cuda target failed to compile it)."""
+    nodes = [n for n in gm.graph.nodes if n.op == "call_function"
+             and n.target in _AS_STRIDED and _val(n.args[0]) is not None]
+    mode = fake_mode(gm)
+    if not nodes or mode is None:
+        return gm
+    for node in nodes:
+        source, size, stride = node.args[0], list(node.args[1]), list(node.args[2])
+        offset = node.args[3] if len(node.args) > 3 else node.kwargs.get("storage_offset")
+        offset = offset or 0
+        b = Builder(gm.graph, node, mode)
+        index = None
+        for d, (n, s) in enumerate(zip(size, stride)):
+            shape = [1] * len(size)
+            shape[d] = n
+            term = b(aten.view.default, b(aten.mul.Scalar,
+                                          b(aten.arange.default, n, dtype=torch.int64), s),
+                     shape)
+            index = term if index is None else b(aten.add.Tensor, index, term)
+        flat = b(aten.view.default, source, [-1])
+        if index is None:  # a 0-d view: the element at the offset
+            gathered = b(aten.select.int, flat, 0, offset)
+        else:
+            if offset:
+                index = b(aten.add.Scalar, index, offset)
+            gathered = b(aten.index.Tensor, flat, [index])
+        node.replace_all_uses_with(gathered)
+        gm.graph.erase_node(node)
+    gm.graph.lint()
+    gm.recompile()
+    return gm

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from . import layers
+from . import fft, layers
 
 aten = torch.ops.aten
 
@@ -84,3 +84,6 @@ TABLE = {
 
 # Pooling, padding, resampling, grouped convolution... (layers.py)
 TABLE.update(layers.TABLE)
+
+# FFTs as DFT matmuls, up to a length (fft.py).
+TABLE.update(fft.TABLE)

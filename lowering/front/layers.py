@@ -14,6 +14,8 @@ import math
 import torch
 import torch._decomp.decompositions as _decomp
 
+from . import embedding_bag
+
 aten = torch.ops.aten
 
 
@@ -273,78 +275,7 @@ def threshold_backward(grad_output, input, threshold):
     return torch.where(input <= threshold, 0, grad_output.to(dtype))
 
 
-def embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
-                  per_sample_weights=None, include_last_offset=False, padding_idx=-1):
-    """Bags of embedding rows reduced by sum, mean or max: a [bags, indices] membership
-    matrix (bag of index i: the number of offsets <= i, minus 1) times the gathered rows
-    (sum, mean), or a masked max over them. Returns eager's four results; offset2bag,
-    bag_size and max_indices have the shapes of PyTorch's meta function (which depend
-    on whether the tensors are on the CPU)."""
-    count = indices.shape[0]
-    bags = offsets.shape[0] - (1 if include_last_offset else 0)
-    firsts = offsets.narrow(0, 0, bags)
-    position = torch.arange(count, device=indices.device)
-    bag = (firsts.unsqueeze(0) <= position.unsqueeze(1)).sum(1) - 1          # [I]
-    member = bag.unsqueeze(0) == torch.arange(bags, device=indices.device).unsqueeze(1)
-    if include_last_offset:  # the last offset ends the last bag
-        member = member & (position < offsets[bags]).unsqueeze(0)
-    if padding_idx is not None and padding_idx >= 0:
-        member = member & (indices != padding_idx).unsqueeze(0)
-    rows = weight[indices]                                                     # [I, D]
-    sizes = member.sum(1)
-    max_indices = None
-    if mode == 2:
-        masked = torch.where(member.unsqueeze(2), rows.unsqueeze(0), -math.inf)
-        values, at = masked.max(1)                                             # [B, D]
-        filled = (sizes > 0).unsqueeze(1)
-        output = torch.where(filled, values, 0).to(weight.dtype)
-        max_indices = torch.where(filled, indices[at], -1)
-    else:
-        scale = member.to(weight.dtype)
-        if per_sample_weights is not None:
-            scale = scale * per_sample_weights.to(weight.dtype)
-        output = scale @ rows
-        if mode == 1:
-            output = output / torch.clamp(sizes, min=1).to(weight.dtype).unsqueeze(1)
-    width = weight.shape[1]
-    index_dtype = offsets.dtype
-    if offsets.device.type == "cpu":
-        fast_sum = mode == 0 and weight.dtype in (torch.float32, torch.float16) and \
-            (padding_idx is None or padding_idx < 0)
-        offset2bag = bag.new_zeros(0) if fast_sum else bag
-        bag_size = sizes
-        if max_indices is None:
-            max_indices = torch.zeros_like(sizes)
-    else:
-        offset2bag = bag
-        bag_size = torch.nn.functional.pad(sizes, (0, offsets.shape[0] - bags))
-        if max_indices is None:
-            max_indices = bag.new_zeros(0)
-    return (output, offset2bag.to(index_dtype), bag_size.to(index_dtype),
-            max_indices.to(index_dtype).reshape(-1, width) if mode == 2 else
-            max_indices.to(index_dtype))
-
-
-def embedding_bag_per_sample_weights_backward(grad, weight, indices, offsets, offset2bag, mode,
-                                              padding_idx=-1):
-    """The gradient of each sample weight: its bag's gradient dotted with its row."""
-    bags = grad.shape[0]
-    position = torch.arange(indices.shape[0], device=grad.device)
-    bag = (offsets.narrow(0, 0, bags).unsqueeze(0) <= position.unsqueeze(1)).sum(1) - 1
-    out = (grad[bag] * weight[indices]).sum(1)
-    keep = position >= 0
-    if offsets.shape[0] > bags:
-        keep = keep & (position < offsets[bags])
-    if padding_idx is not None and padding_idx >= 0:
-        keep = keep & (indices != padding_idx)
-    return torch.where(keep, out, 0)
-
-
 TABLE = {
-    aten._embedding_bag_per_sample_weights_backward.default:
-        embedding_bag_per_sample_weights_backward,
-    aten._embedding_bag.default: embedding_bag,
-    aten._embedding_bag_forward_only.default: embedding_bag,
     aten.threshold_backward.default: threshold_backward,
     aten.upsample_bilinear2d.default: _decomp.upsample_bilinear2d,
     aten.upsample_bilinear2d_backward.default: upsample_bilinear2d_backward,
@@ -358,3 +289,6 @@ TABLE = {
     aten.adaptive_max_pool2d_backward.default: adaptive_max_pool2d_backward,
     aten.constant_pad_nd.default: constant_pad_nd,
 }
+
+# Embedding bags, forward and backward (embedding_bag.py).
+TABLE.update(embedding_bag.TABLE)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from . import empty_results, fx_graph, numerics, symbolic, tmtensor, unused_results
+from . import (as_strided, complex_ops, empty_results, fx_graph, numerics, symbolic, tmtensor,
+               unused_results)
 from ..bufferize import graph_inputs
 from ..mlir_runner import TORCH_MLIR, print_module, run_pipeline
 
@@ -46,6 +47,10 @@ def import_fx(fx_text: str):
     if symbolic.is_dynamic(graph):  # views between symbolic shapes (symbolic.py)
         gm = symbolic.reshape_through_flat(gm)
     gm = numerics.apply(gm)
+    # Complex arithmetic torch-mlir cannot lower, on real pairs (complex_ops.py).
+    gm = complex_ops.apply(gm)
+    # as_strided as a gather by computed indices, not constant ones (as_strided.py).
+    gm = as_strided.as_gathers(gm)
     empty_results.replace_empty_results(gm)  # zero-element results: no computation
     importer = FxImporter(context=TORCH_MLIR.context())
     importer.import_stateless_graph(gm.graph, func_name="main")

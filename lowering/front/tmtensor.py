@@ -80,25 +80,40 @@ def _check_sort_length(op) -> None:
 
 
 def _sink_to_buffers(module) -> None:
-    """Move each `to_buffer` right before the first op that uses its buffer.
+    """Give each op that reads a `to_buffer`'s buffer its own `to_buffer`, right before it.
 
     One-Shot Analysis sees `to_buffer` as one read of the tensor, where it stands,
     and cannot follow the buffer further. `tm-tensor-bufferize` puts them ahead of
     the ops computing its other inputs: an op there may then reuse (overwrite) the
     tensor's buffer before the loops read it (seen: two masks computed into one
     `tensor.empty`). Right before the loops, nothing runs between the read the
-    analysis sees and the real ones.
+    analysis sees and the real ones. One `to_buffer` can feed several loop nests (two
+    scatters with one index tensor, merged by CSE): moved before the first only, the
+    later nests read a buffer that ops between them had reused (two embedding bags'
+    weight gradients over one index tensor summed the wrong rows); each nest gets a
+    copy of the `to_buffer` instead.
     """
     for op in [op for op in walk(module.operation) if op.name == "bufferization.to_buffer"]:
         block = op.block
-        users = [_ancestor_in(use.owner, block) for use in op.results[0].uses]
-        users = [u for u in users if u is not None]
-        if users:
-            first = users[0]
-            for user in users[1:]:
-                if user.is_before_in_block(first):
-                    first = user
-            op.move_before(first)
+        users = {}  # top-level op in the block -> the uses inside it, in first-seen order
+        for use in op.results[0].uses:
+            top = _ancestor_in(use.owner, block)
+            if top is not None:
+                users.setdefault(top, []).append((use.owner, use.operand_number))
+        if not users:
+            continue
+        tops = list(users)
+        first = tops[0]
+        for top in tops[1:]:
+            if top.is_before_in_block(first):
+                first = top
+        op.move_before(first)
+        for top in tops:
+            if top == first:
+                continue
+            copy = op.clone(ip=TORCH_MLIR.ir.InsertionPoint(top))
+            for owner, operand in users[top]:
+                owner.operands[operand] = copy.results[0]
 
 
 def _ancestor_in(op, block):

@@ -68,3 +68,37 @@ module {
 // CHECK-DAG: bufferization.to_tensor %{{.*}} restrict : memref<4x5xi64> to tensor<4x5xi64>
 // CHECK: arith.cmpf ole
 // CHECK: return
+
+// -----
+
+// Two scatters with one (CSE-merged) index tensor: the conversion hands both loop nests one
+// `to_buffer` of it. Each nest gets its own, right before it, so the index buffer the second
+// nest reads is not one that ops between the nests have reused.
+// lazymlir-stage: torch-backend
+module {
+  func.func @index_put$shared_indices(%arg0: !torch.vtensor<[2],si64>, %arg1: !torch.vtensor<[2,5],f32>, %arg2: !torch.vtensor<[2,5],f32>) -> (!torch.vtensor<[4,5],f32>, !torch.vtensor<[4,5],f32>) {
+    %zeros = torch.vtensor.literal(dense<0.000000e+00> : tensor<4x5xf32>) : !torch.vtensor<[4,5],f32>
+    %true = torch.constant.bool true
+    %int0 = torch.constant.int 0
+    %int3 = torch.constant.int 3
+    %0 = torch.aten.clamp %arg0, %int0, %int3 : !torch.vtensor<[2],si64>, !torch.int, !torch.int -> !torch.vtensor<[2],si64>
+    %1 = torch.prim.ListConstruct %0 : (!torch.vtensor<[2],si64>) -> !torch.list<vtensor>
+    %2 = torch.aten.index_put.hacked_twin %zeros, %1, %arg1, %true : !torch.vtensor<[4,5],f32>, !torch.list<vtensor>, !torch.vtensor<[2,5],f32>, !torch.bool -> !torch.vtensor<[4,5],f32>
+    %3 = torch.aten.clamp %arg0, %int0, %int3 : !torch.vtensor<[2],si64>, !torch.int, !torch.int -> !torch.vtensor<[2],si64>
+    %4 = torch.prim.ListConstruct %3 : (!torch.vtensor<[2],si64>) -> !torch.list<vtensor>
+    %5 = torch.aten.index_put.hacked_twin %zeros, %4, %arg2, %true : !torch.vtensor<[4,5],f32>, !torch.list<vtensor>, !torch.vtensor<[2,5],f32>, !torch.bool -> !torch.vtensor<[4,5],f32>
+    return %2, %5 : !torch.vtensor<[4,5],f32>, !torch.vtensor<[4,5],f32>
+  }
+}
+// CHECK-LABEL: func.func @index_put$shared_indices
+// CHECK: %[[IDX:.*]] = tensor.expand_shape %{{.*}} output_shape [2, 1] : tensor<2xi64> into tensor<2x1xi64>
+// CHECK: %[[FIRST:.*]] = bufferization.to_buffer %[[IDX]] read_only
+// CHECK-NEXT: bufferization.to_buffer
+// CHECK-NEXT: scf.for
+// CHECK: memref.load %[[FIRST]]
+// CHECK: memref.copy
+// CHECK-NEXT: %[[SECOND:.*]] = bufferization.to_buffer %[[IDX]] read_only
+// CHECK-NEXT: bufferization.to_buffer
+// CHECK-NEXT: scf.for
+// CHECK: memref.load %[[SECOND]]
+// CHECK: return

@@ -135,33 +135,17 @@ FALLBACK: dict[str, set[str]] = {
         'sort:float32',
         'sort:int64',
     },
-    'falls back: aten::_fft_c2c, aten::_to_copy, aten::constant_pad_nd': {
-        'fft.fft2:bool',
-        'fft.fft2:float32',
-        'fft.fft2:int64',
-        'fft.fftn:bool',
-        'fft.fftn:float32',
-        'fft.fftn:int64',
-        'fft.ifft2:bool',
-        'fft.ifft2:float32',
-        'fft.ifft2:int64',
-        'fft.ifftn:bool',
-        'fft.ifftn:float32',
-        'fft.ifftn:int64',
-    },
-    'falls back: aten::_fft_r2c': {
-        'fft.fft:bool',
-        'fft.fft:float32',
-        'fft.fft:int64',
-        'fft.rfft2:bool',
-        'fft.rfft2:float32',
-        'fft.rfft2:int64',
-        'fft.rfft:bool',
-        'fft.rfft:float32',
-        'fft.rfft:int64',
-        'fft.rfftn:bool',
-        'fft.rfftn:float32',
-        'fft.rfftn:int64',
+    'falls back: aten::_to_copy': {
+        'cdouble:bfloat16',
+        'cdouble:bool',
+        'cdouble:float16',
+        'cdouble:float32',
+        'cdouble:int64',
+        'cfloat:bfloat16',
+        'cfloat:bool',
+        'cfloat:float16',
+        'cfloat:float32',
+        'cfloat:int64',
     },
     'falls back: aten::nonzero': {
         'argwhere:bfloat16',
@@ -186,17 +170,6 @@ FALLBACK: dict[str, set[str]] = {
         'nn.functional.pixel_unshuffle:float16',
         'nn.functional.pixel_unshuffle:float32',
         'nn.functional.pixel_unshuffle:int64',
-    },
-    'falls back: aten::_fft_c2r, aten::_to_copy': {
-        'fft.irfft2:bool',
-        'fft.irfft2:float32',
-        'fft.irfft2:int64',
-        'fft.irfft:bool',
-        'fft.irfft:float32',
-        'fft.irfft:int64',
-        'fft.irfftn:bool',
-        'fft.irfftn:float32',
-        'fft.irfftn:int64',
     },
     'falls back: aten::amin': {
         'amin:bfloat16',
@@ -248,22 +221,6 @@ FALLBACK: dict[str, set[str]] = {
         'nanmedian:float32',
         'nanmedian:int64',
     },
-    'falls back: aten::_conj, aten::_fft_c2c, aten::_fft_c2r, aten::_to_copy': {
-        'fft.hfft2:bool',
-        'fft.hfft2:float32',
-        'fft.hfft2:int64',
-        'fft.hfftn:bool',
-        'fft.hfftn:float32',
-        'fft.hfftn:int64',
-    },
-    'falls back: aten::_conj, aten::_fft_r2c': {
-        'fft.ifft:bool',
-        'fft.ifft:float32',
-        'fft.ifft:int64',
-        'fft.ihfft:bool',
-        'fft.ihfft:float32',
-        'fft.ihfft:int64',
-    },
     'falls back: aten::_linalg_svd': {
         'linalg.cond:float32',
         'linalg.matrix_rank:float32',
@@ -287,18 +244,6 @@ FALLBACK: dict[str, set[str]] = {
         '_segment_reduce/offsets:bfloat16',
         '_segment_reduce/offsets:float16',
         '_segment_reduce/offsets:float32',
-    },
-    'falls back: aten::_to_copy': {
-        'cdouble:bfloat16',
-        'cdouble:bool',
-        'cdouble:float16',
-        'cdouble:float32',
-        'cdouble:int64',
-        'cfloat:bfloat16',
-        'cfloat:bool',
-        'cfloat:float16',
-        'cfloat:float32',
-        'cfloat:int64',
     },
     'falls back: aten::_unique2': {
         'unique:bfloat16',
@@ -582,21 +527,6 @@ FALLBACK: dict[str, set[str]] = {
         'nn.functional.adaptive_avg_pool3d:float16',
         'nn.functional.adaptive_avg_pool3d:float32',
     },
-    'falls back: aten::_conj, aten::_conj_physical, aten::_fft_c2c, aten::_fft_r2c': {
-        'fft.ihfftn:bool',
-        'fft.ihfftn:float32',
-        'fft.ihfftn:int64',
-    },
-    'falls back: aten::_conj, aten::_fft_c2r, aten::_to_copy': {
-        'fft.hfft:bool',
-        'fft.hfft:float32',
-        'fft.hfft:int64',
-    },
-    'falls back: aten::_conj_physical, aten::_fft_c2c, aten::_fft_r2c': {
-        'fft.ihfft2:bool',
-        'fft.ihfft2:float32',
-        'fft.ihfft2:int64',
-    },
     'falls back: aten::_linalg_eigh': {
         'linalg.eigh:float32',
         'linalg.eigvalsh:float32',
@@ -871,9 +801,6 @@ FALLBACK: dict[str, set[str]] = {
     'falls back: aten::_ctc_loss': {
         'nn.functional.ctc_loss:float32',
     },
-    'falls back: aten::_fft_r2c, aten::view_as_real': {
-        'stft:float32',
-    },
     'falls back: aten::_histogramdd_bin_edges, aten::_histogramdd_from_bin_cts, aten::_histogramdd_from_bin_tensors': {
         'histogramdd:float32',
     },
@@ -909,9 +836,6 @@ FALLBACK: dict[str, set[str]] = {
     },
     'falls back: aten::cholesky_solve': {
         'cholesky_solve:float32',
-    },
-    'falls back: aten::complex': {
-        'complex:float32',
     },
     'falls back: aten::convolution': {
         'nn.functional.conv_transpose3d:int64',
@@ -958,14 +882,8 @@ FALLBACK: dict[str, set[str]] = {
     'falls back: aten::ormqr': {
         'ormqr:float32',
     },
-    'falls back: aten::polar': {
-        'polar:float32',
-    },
     'falls back: aten::triangular_solve': {
         'triangular_solve:float32',
-    },
-    'falls back: aten::view_as_complex': {
-        'view_as_complex:float32',
     },
 }
 

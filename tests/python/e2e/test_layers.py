@@ -110,8 +110,9 @@ def test_upsampling():
 
 
 def test_embedding_bags():
-    # Forward only: the weight gradient (_embedding_bag_backward) still runs eagerly
-    # (docs/known-issues.md).
+    # Every bag reads the same index tensor, and indices repeat within and across bags:
+    # the weight gradient must add every share of a row (a scatter that overwrote would
+    # keep one). Empty bags, padding, sample weights and a last offset included.
     indices, offsets = torch.tensor([1, 2, 4, 5, 4, 3, 2, 9, 0, 0]), torch.tensor([0, 4, 4, 7])
 
     def fn(weight, sample_weights):
@@ -119,6 +120,8 @@ def test_embedding_bags():
         return (F.embedding_bag(i, weight, o, mode="sum", per_sample_weights=sample_weights),
                 F.embedding_bag(i, weight, o, mode="mean", padding_idx=2),
                 F.embedding_bag(i.reshape(2, 5), weight, mode="max"),
+                F.embedding_bag(i, weight, o, mode="max", padding_idx=0),
                 F.embedding_bag(i, weight, torch.tensor([0, 3, 10], device=i.device), mode="sum",
-                                include_last_offset=True))
-    check_both_entry_points(fn, _inputs((10, 3), (10,)), backward=False)
+                                include_last_offset=True),
+                F.embedding_bag(i, weight, o, mode="sum"))
+    check_both_entry_points(fn, _inputs((10, 3), (10,)))
