@@ -25,7 +25,7 @@ import time
 
 import torch
 
-from .results_dir import result_path
+from .results_dir import report
 from .run import TrainingPair, training_workload
 
 CONTENDERS = ("async", "sync", "eager")
@@ -102,12 +102,7 @@ def main(argv=None) -> int:
         f"other jobs. {args.rounds} rounds of (async, sync, eager), one call of `steps per "
         "read` steps each, every call timed; per-step medians; ratios are medians of "
         "per-round ratios.", "", *lines])
-    if args.label:
-        out = result_path(f"{args.label}.md")
-        out.write_text(text + "\n")
-        print(f"wrote {out}")
-    else:
-        print(text)
+    report(text, args.label)
     return 0
 
 

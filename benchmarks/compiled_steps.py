@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 
 from . import models
-from .results_dir import result_path
+from .results_dir import report
 from .run import _mlp, _mse, _train_step
 
 
@@ -175,12 +175,7 @@ def main() -> None:
             f"{result['ms'][f'eager ({b})']:.3f} | {result['ms'][b]:.3f} | "
             f"{result['ratio'][b]:.2f} | {result['first_s'][b]:.1f} | "
             f"{result['ready_s'][b]:.1f}" for b in backends) + " |")
-    if args.label:
-        out = result_path(f"{args.label}.md")
-        out.write_text("\n".join(lines) + "\n")
-        print(f"wrote {out}")
-    else:
-        print("\n".join(lines))
+    report("\n".join(lines), args.label)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from .results_dir import result_path
+from .results_dir import report
 
 WORKLOADS = {
     # name: (layer widths, batch per rank)
@@ -184,12 +184,7 @@ def main() -> int:
         "included), 'to host' the time bringing their inputs to the host (the pending "
         "gradients computed first: the backward graph up to that bucket runs there).",
         "", *lines])
-    if args.label:
-        out = result_path(f"{args.label}.md")
-        out.write_text(text + "\n")
-        print(f"wrote {out}")
-    else:
-        print(text)
+    report(text, args.label)
     return 0
 
 

@@ -22,7 +22,7 @@ import time
 
 import torch
 
-from .results_dir import result_path
+from .results_dir import report
 from .run import TrainingPair, training_workload
 
 U64 = ctypes.c_uint64
@@ -90,12 +90,7 @@ def main(argv=None) -> int:
         f"{', '.join(f'{v:.1f}' for v in load[1])} after, on a 2-core machine shared with "
         f"other jobs. {args.calls} rounds of (lazy on, lazy off, eager), one call each, every "
         "call timed; medians; ratios are medians of per-round ratios.", "", *lines])
-    if args.label:
-        out = result_path(f"{args.label}.md")
-        out.write_text(text + "\n")
-        print(f"wrote {out}")
-    else:
-        print(text)
+    report(text, args.label)
     return 0
 
 

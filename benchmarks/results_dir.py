@@ -19,3 +19,14 @@ def result_path(name: str) -> Path:
     path = RESULTS / day / name
     path.parent.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def report(text: str, label: str | None) -> None:
+    """The run's table: written to `result_path(<label>.md)` when the run is labelled
+    (and the path printed), else printed."""
+    if label:
+        out = result_path(f"{label}.md")
+        out.write_text(text + "\n")
+        print(f"wrote {out}")
+    else:
+        print(text)
