@@ -131,8 +131,8 @@ def to_cpu(tensor: LazyTensor) -> torch.Tensor:
 
 def mark_step() -> None:
     """Compile (once) and run everything pending for live lazy_mlir tensors, as one graph:
-    launched on the execution thread and not waited for (LAZYMLIR_ASYNC=1, off by default
-    for the cpu target), or run before returning."""
+    launched on the execution thread and not waited for (the default on the cpu target;
+    LAZYMLIR_ASYNC=0 turns it off), or run before returning."""
     session.current().metrics.inc("MarkStep")
     materialize(live_pending_values(), wait=False)
 

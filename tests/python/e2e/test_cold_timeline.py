@@ -23,7 +23,8 @@ def _timeline(*args: str) -> str:
 
 @pytest.mark.parametrize("args, waits, last", [
     ((), 3, "first call returned"),
-    (("--eager-while-compiling",), 0, "every compile ended"),
+    pytest.param(("--eager-while-compiling",), 0, "every compile ended",
+                 marks=pytest.mark.slow),  # the loop case below covers the flag in CI
     # a training loop: the second step waits for every compile (dynamo.py: only a
     # graph's first run goes without it)
     (("--eager-while-compiling", "--loop"), 3,
@@ -41,6 +42,8 @@ def test_the_cold_timeline_of_an_mlp_step(args, waits, last):
     assert out.rstrip().endswith(f"{last} |"), out
 
 
+# Two fresh processes with cold compiles (about 36 s of CI): run with the slow tests.
+@pytest.mark.slow
 def test_first_call_measures_cold_and_warm_first_calls():
     """benchmarks/first_call.py: one round of the MLP step, the cold lazymlir first call
     and the warm one (a second process on the first one's disk cache)."""
