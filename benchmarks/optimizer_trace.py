@@ -2,7 +2,7 @@
 one in-place `_foreach_` op, in process CPU time.
 
     PYTHONPATH=. python -m benchmarks.optimizer_trace [--steps 15] [--decompose-from COMMIT]
-        [--without-foreach-meta]
+        [--without-foreach-meta] [--with-subclass-torch-function]
 
 Prints (1) the median tracing CPU ms of the small GPT's training step (forward,
 backward, AdamW; `benchmarks.run.training_workload("gpt")`, 3 warm-up steps, graphs run
@@ -16,6 +16,8 @@ place of the current one, to compare a change of the decomposition templates in 
 processes alternated with the current code. `--without-foreach-meta` unregisters the
 fast Meta kernels of in-place foreach ops (tracing/foreach_meta.py), so that
 functionalization's meta check runs PyTorch's own per-element kernels, as before them.
+`--with-subclass-torch-function` gives the inner LazyTensor back Tensor's default
+`__torch_function__` (as before tracing/values.py disabled it).
 
 Also prints the step's tracing split into forward, backward (the autograd engine's
 device thread included: process CPU time) and the optimizer step.
@@ -95,6 +97,7 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=15)
     parser.add_argument("--decompose-from", default=None)
     parser.add_argument("--without-foreach-meta", action="store_true")
+    parser.add_argument("--with-subclass-torch-function", action="store_true")
     args = parser.parse_args(argv)
     os.environ.setdefault("LAZYMLIR_TARGET", "cpu")
     os.environ["LAZYMLIR_ASYNC"] = "0"
@@ -104,6 +107,10 @@ def main(argv=None) -> int:
         from lazymlir.tracing import foreach_meta
 
         foreach_meta.uninstall()
+    if args.with_subclass_torch_function:
+        from lazymlir.tracing.values import LazyTensor
+
+        del LazyTensor.__torch_function__
     step = gpt_step_ms(args.steps)
     forward, backward, optimizer = STEP_PARTS_MS
     print(f"gpt step tracing {step:.1f} CPU ms (forward {forward:.1f}, backward {backward:.1f}, "

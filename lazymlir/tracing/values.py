@@ -135,6 +135,12 @@ class LazyTensor(torch.Tensor):
 
     _lazy: LazyValue
 
+    # Ops called on inner tensors (decompositions, the in-place and foreach routes) go
+    # straight to __torch_dispatch__: Tensor's default __torch_function__ ran a Python
+    # call per op and per attribute read (`.shape`, `.dtype`), and its one effect, making
+    # outputs instances of the subclass, the tracer's outputs have already.
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
     @staticmethod
     def __new__(cls, value: LazyValue):
         meta = value.meta
