@@ -2,6 +2,7 @@
 one in-place `_foreach_` op, in process CPU time.
 
     PYTHONPATH=. python -m benchmarks.optimizer_trace [--steps 15] [--decompose-from COMMIT]
+        [--without-foreach-meta] [--with-subclass-torch-function]
 
 Prints (1) the median tracing CPU ms of the small GPT's training step (forward,
 backward, AdamW; `benchmarks.run.training_workload("gpt")`, 3 warm-up steps, graphs run
@@ -12,7 +13,14 @@ machine may be shared (docs/tracing-performance.md).
 
 `--decompose-from COMMIT` loads `lazymlir/tracing/decompose.py` of that commit (git) in
 place of the current one, to compare a change of the decomposition templates in fresh
-processes alternated with the current code.
+processes alternated with the current code. `--without-foreach-meta` unregisters the
+fast Meta kernels of in-place foreach ops (tracing/foreach_meta.py), so that
+functionalization's meta check runs PyTorch's own per-element kernels, as before them.
+`--with-subclass-torch-function` gives the inner LazyTensor back Tensor's default
+`__torch_function__` (as before tracing/values.py disabled it).
+
+Also prints the step's tracing split into forward, backward (the autograd engine's
+device thread included: process CPU time) and the optimizer step.
 """
 
 from __future__ import annotations
@@ -45,12 +53,27 @@ def gpt_step_ms(steps: int) -> float:
     for _ in range(3):
         pair.lazy_step()
     cpu = []
+    parts = []
+    clock = time.process_time
+    model, opt = pair.lazy_model, pair.lazy_opt
     for _ in range(steps):
-        began = time.process_time()
-        pair.lazy_step(mark_step=False)
-        cpu.append(time.process_time() - began)
+        began = clock()
+        opt.zero_grad()
+        loss = pair.loss_fn(model, pair.xl, pair.yl)
+        forward = clock()
+        loss.backward()
+        backward = clock()
+        opt.step()
+        end = clock()
+        cpu.append(end - began)
+        parts.append((forward - began, backward - forward, end - backward))
         lazymlir.mark_step()
+    global STEP_PARTS_MS
+    STEP_PARTS_MS = [1e3 * statistics.median(p[i] for p in parts) for i in range(3)]
     return 1e3 * statistics.median(cpu)
+
+
+STEP_PARTS_MS = [0.0, 0.0, 0.0]  # medians of gpt_step_ms's last run: forward, backward, step
 
 
 def foreach_addcmul_us(rounds: int = 60) -> float:
@@ -73,12 +96,25 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=15)
     parser.add_argument("--decompose-from", default=None)
+    parser.add_argument("--without-foreach-meta", action="store_true")
+    parser.add_argument("--with-subclass-torch-function", action="store_true")
     args = parser.parse_args(argv)
     os.environ.setdefault("LAZYMLIR_TARGET", "cpu")
     os.environ["LAZYMLIR_ASYNC"] = "0"
     if args.decompose_from:
         _old_decompose(args.decompose_from)
-    print(f"gpt step tracing {gpt_step_ms(args.steps):.1f} CPU ms; foreach_addcmul_(v, g, g) "
+    if args.without_foreach_meta:
+        from lazymlir.tracing import foreach_meta
+
+        foreach_meta.uninstall()
+    if args.with_subclass_torch_function:
+        from lazymlir.tracing.values import LazyTensor
+
+        del LazyTensor.__torch_function__
+    step = gpt_step_ms(args.steps)
+    forward, backward, optimizer = STEP_PARTS_MS
+    print(f"gpt step tracing {step:.1f} CPU ms (forward {forward:.1f}, backward {backward:.1f}, "
+          f"optimizer {optimizer:.1f}); foreach_addcmul_(v, g, g) "
           f"{foreach_addcmul_us():.1f} CPU us per element; load {os.getloadavg()[0]:.1f}")
     return 0
 

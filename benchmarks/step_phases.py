@@ -15,8 +15,10 @@ functions here (the library carries no timers of its own for them):
 - tracing: the step's Python code, every op recorded (forward, backward on the
   autograd engine's device thread, optimizer);
 - collect: finding the live pending values at `mark_step()`;
-- graph build: tracing/graph.py's `build_graph` (the graph document);
-- hash: the graph's structural hash;
+- graph build: tracing/graph.py's `build_graph` (the graph document: built only when
+  no plan is cached for the graph's key, so 0 in steady state);
+- hash: the graph's key (graph.py's `graph_key`: the pending nodes, their per-node
+  texts and argument places, hashed), and any `fx_graph.structural_hash` of a document;
 - cache lookup: the executor's plan lookup (memory cache hit in steady state);
 - launch: the plan's run around the compiled code (scalar inputs, output
   buffers, argument descriptors);
@@ -81,8 +83,9 @@ class Phases:
         from lazymlir.tracing import materialize, values
 
         self.wrap(materialize, "live_pending_values", "collect")
-        self.wrap(materialize, "build_graph", "graph build",
-                  after=lambda built: setattr(self, "nodes", len(built[0]["nodes"])))
+        self.wrap(materialize, "build_graph", "graph build")
+        self.wrap(materialize, "graph_key", "hash",
+                  after=lambda keyed: setattr(self, "nodes", keyed[3]))
         self.wrap(executor.fx_graph, "structural_hash", "hash")
         self.wrap(executor, "_plan", "cache lookup")
         self.wrap(executor.Compiled, "run", "run")

@@ -63,6 +63,15 @@ def prepare(graph: dict, key: str | None = None) -> tuple:
         return _plan(current, target, graph, key), key
 
 
+def prepare_keyed(key: str, build) -> object:
+    """The plan of the graph `build()` returns, whose key (for the active target) the
+    caller computed without building it (tracing/graph.py's graph_key): a cached plan
+    is returned without calling `build`."""
+    current = session.current()
+    with current.lock:
+        return _plan(current, targets.active(), build, key)
+
+
 def run(plan, inputs: list, scalars: list[float]) -> list:
     """Run a plan of `prepare` on this thread."""
     current = session.current()
@@ -133,13 +142,16 @@ def _plan_key(current, key: str) -> str:
     return key
 
 
-def _plan(current, target, graph: dict, key: str):
+def _plan(current, target, graph, key: str):
+    """`graph`: the document, or a function that builds it (called on a cache miss)."""
     key = _plan_key(current, key)
     cache = _cache(current)
     plan = cache.get(key)
     if plan is not None:
         current.metrics.inc("CachedCompile")
         return plan
+    if callable(graph):
+        graph = graph()
     plan = _dynamic_plan(current, target, graph)
     if plan is not None:  # this graph's sizes, served by a graph with symbolic sizes
         cache.put(key, plan)

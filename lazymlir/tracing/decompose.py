@@ -18,7 +18,7 @@ import torch
 from ..lowering.front import decompositions
 from .recording import KWARGS_SEPARATOR, record
 from .trace_state import state
-from .values import LazyTensor, LazyValue, Node, node_seq_mark, signature
+from .values import LazyTensor, LazyValue, Node, node_seq_mark, signature, static_token
 
 aten = torch.ops.aten
 
@@ -191,7 +191,7 @@ def _capture(start: int, inputs: list, out):
         steps.append((node.op, tuple(spec(a) for a in node.args),
                       {k: spec(v) for k, v in node.kwargs.items()}, node.out_metas,
                       [None if m is None else signature(m.shape, m.dtype)
-                       for m in node.out_metas]))
+                       for m in node.out_metas], static_token()))
 
     def out_spec(o):
         if type(o) is LazyTensor:
@@ -223,10 +223,10 @@ def _rebuild(x, values: list):
 
 def _replay(template, values: list):
     steps, out = template
-    for op, args, kwargs, metas, sigs in steps:
+    for op, args, kwargs, metas, sigs, token in steps:
         node = Node(op, tuple(_resolve(a, values) for a in args),
                     {k: _resolve(v, values) for k, v in kwargs.items()} if kwargs else {},
-                    metas)
+                    metas, token)
         for k, meta in enumerate(metas):
             values.append(None if meta is None else LazyValue(meta, node, k, None, sigs[k]))
     return _rebuild(out, values)

@@ -16,6 +16,9 @@ constants: only the ops in `SCALAR_INPUT_OPS` lift them.
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 from ..lowering.front import fx_graph
 from .values import LazyValue, Node
 
@@ -163,3 +166,107 @@ def build_graph(targets: list[LazyValue], static_scalar_ops=frozenset()
         "outputs": [encode(v, False) for v in targets],
     }
     return graph, inputs, scalars
+
+
+# ------------------------------------------------------------ structural key
+# A sync whose graph was compiled before needs only its structural hash, not the
+# document: `graph_key` hashes a flat list (per node: its static text, then where
+# each tensor argument comes from) without building it. A node's static text (op,
+# non-tensor arguments, lifted floats as placeholders, output shapes/dtypes) is
+# built once per Node.static token: the recorder's shape-cache entry or a
+# decomposition template's step fixes all of it.
+
+_TEXTS: dict = {}   # (Node.static, lift) -> the node's static text
+_INPUT_TEXTS: dict = {}  # LazyValue.sig -> its meta description's text
+
+
+def _static_text(node: Node, op_name: str, lift: bool) -> str:
+    """The node's document entry with its tensor arguments as placeholders (and its
+    lifted floats: their values are run-time inputs)."""
+    def static(x, lifted):
+        if type(x) is LazyValue:
+            return "T"
+        if lifted and type(x) is float:
+            return "S"
+        if type(x) is list or type(x) is tuple:
+            return [static(v, False) for v in x]
+        return fx_graph.encode_scalar(x)
+    return json.dumps([op_name, [static(a, lift) for a in node.args],
+                       [[k, static(v, lift)] for k, v in node.kwargs.items()],
+                       _out_descs(node.out_metas)], separators=(",", ":"),
+                      check_circular=False)
+
+
+def graph_key(targets: list[LazyValue], target: str, static_scalar_ops=frozenset()
+              ) -> tuple[str, list[LazyValue], list[float], int]:
+    """(key, inputs, scalars, node count) of `build_graph(targets, static_scalar_ops)`'s
+    graph for `target`, without building it: the same inputs and scalar values, and a
+    key equal for two sets of targets iff their documents are equal (a function of the
+    same content: ops, non-tensor arguments, which node or input each tensor argument
+    is, the inputs' and outputs' shapes and dtypes, the number of scalar inputs). The
+    key is not `fx_graph.structural_hash` of the document; the lazy device's graphs are
+    cached by this one."""
+    ordered = pending_nodes(targets)
+    node_index = {node.seq: i for i, node in enumerate(ordered)}
+    input_index: dict[int, int] = {}
+    inputs: list[LazyValue] = []
+    input_texts: list[str] = []
+    scalars: list[float] = []
+    flat: list = []
+    push = flat.append
+
+    def where(x, lifted) -> None:
+        # The places of the tensor arguments (and the lifted floats' values), in the
+        # static text's order.
+        t = type(x)
+        if t is LazyValue:
+            node = x.node
+            if node is not None:
+                push(node_index[node.seq])
+                push(x.index)
+                return
+            x.check()
+            i = input_index.get(id(x))
+            if i is None:
+                i = input_index[id(x)] = len(inputs)
+                inputs.append(x)
+                text = _INPUT_TEXTS.get(x.sig)
+                if text is None:
+                    text = _INPUT_TEXTS[x.sig] = json.dumps(_meta_desc(x.meta))
+                input_texts.append(text)
+            push(-1 - i)
+        elif lifted and t is float:
+            scalars.append(x)
+        elif t is list or t is tuple:
+            for v in x:
+                where(v, False)
+
+    for node in ordered:
+        _, op_name, name = _op_info(node.op)
+        lift = name in SCALAR_INPUT_OPS and name not in static_scalar_ops
+        token = node.static
+        # A token stands for the float values of an op that lifts floats only while
+        # they are lifted: an op made to keep them constant is described per node.
+        if token is not None and (lift or name not in SCALAR_INPUT_OPS):
+            text = _TEXTS.get((token, lift))
+            if text is None:
+                if len(_TEXTS) >= _CACHE_LIMIT:
+                    _TEXTS.clear()
+                text = _TEXTS[(token, lift)] = _static_text(node, op_name, lift)
+        else:
+            text = _static_text(node, op_name, lift)
+        push(text)
+        for a in node.args:
+            if type(a) is LazyValue and a.node is not None:  # the common case, inline
+                push(node_index[a.node.seq])
+                push(a.index)
+            else:
+                where(a, lift)
+        if node.kwargs:
+            for v in node.kwargs.values():
+                where(v, lift)
+    for value in targets:
+        where(value, False)
+    canonical = repr((fx_graph.FORMAT, fx_graph.VERSION, input_texts, len(scalars), flat))
+    key = "k" + hashlib.sha256(f"{target}\n{canonical}".encode()).hexdigest()[:15]
+    return key, inputs, scalars, len(ordered)

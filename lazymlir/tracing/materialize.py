@@ -1,7 +1,8 @@
 """Sync points on the tracing side: pending lazy values -> data, or failed.
 
-`materialize(values)` builds the graph the values need (graph.py), hands it
-to the executor and binds each output to its value. The failure policy lives
+`materialize(values)` keys the graph the values need (graph.py), hands the
+key to the executor (which builds the graph document only when no plan is cached
+for the key) and binds each output to its value. The failure policy lives
 here: if the graph fails to compile or run, every value it was asked for is
 marked failed with that error (reading one raises it again) and leaves the
 pending set, so the next mark_step() compiles only new work; values that were
@@ -15,7 +16,7 @@ import torch
 from .. import session, targets
 from ..execution import executor, runs
 from ..support.errors import CompileError
-from .graph import build_graph, nodes_downstream_of, pending_nodes
+from .graph import build_graph, graph_key, nodes_downstream_of, pending_nodes
 from .values import LazyTensor, LazyValue, live_pending_values
 
 
@@ -59,10 +60,13 @@ def materialize(values: list[LazyValue], wait: bool = True) -> None:
             # Inside the try: a graph that cannot be built (an input's graph failed
             # earlier) fails its values too, so the next mark_step() skips them
             # instead of raising the same error again for as long as they live.
-            graph, inputs, scalars = build_graph(pending, frozenset(current.static_scalar_ops))
-            plan, key = executor.prepare(graph)
+            static_scalar_ops = frozenset(current.static_scalar_ops)
+            key, inputs, scalars, count = graph_key(pending, targets.active().name,
+                                                    static_scalar_ops)
+            plan = executor.prepare_keyed(
+                key, lambda: build_graph(pending, static_scalar_ops)[0])
             if not wait and executor.in_background(plan):
-                _launch(plan, key, graph, pending, inputs, scalars)
+                _launch(plan, key, count, pending, inputs, scalars)
                 return
             executor.drain()  # inputs computed in the background are ready
             outputs = executor.run(plan, [_ready(v) for v in inputs], scalars)
@@ -82,7 +86,7 @@ def _ready(value: LazyValue):
     return value.data
 
 
-def _launch(plan, key: str, graph: dict, pending: list[LazyValue], inputs: list[LazyValue],
+def _launch(plan, key: str, count: int, pending: list[LazyValue], inputs: list[LazyValue],
             scalars: list[float]) -> None:
     """Run `plan` on the execution thread; `pending` are running until it binds them."""
     def resolve() -> list:
@@ -99,7 +103,7 @@ def _launch(plan, key: str, graph: dict, pending: list[LazyValue], inputs: list[
             for value in pending:
                 value.failed(error)
     # Running before the launch: the execution thread may bind them at once.
-    run = runs.Run(f"{key[:16]} ({len(graph['nodes'])} ops)")
+    run = runs.Run(f"{key[:16]} ({count} ops)")
     nodes = [value.node for value in pending]
     for value in pending:
         value.launched(run)

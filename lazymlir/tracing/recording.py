@@ -27,6 +27,7 @@ from .values import (
     Node,
     meta_like,
     signature,
+    static_token,
     to_meta,
     track,
 )
@@ -102,12 +103,13 @@ def make_recorder(func):
                         entry = shapes.get((value.sig, float))
         if entry is None:
             return record_general(func, args, kwargs)
-        metas, kind, outputs = entry
+        metas, kind, outputs, token = entry
         if kind is not None:
             return record_general(func, args, kwargs)
         meta, sig, shape, dtype = outputs[0]
         tensor = _make_wrapper(LazyTensor, shape, dtype=dtype, device=TORCH_DEVICE)
-        tensor._lazy = LazyValue(meta, Node(op, node_args, _NO_KWARGS, metas), 0, None, sig)
+        tensor._lazy = LazyValue(meta, Node(op, node_args, _NO_KWARGS, metas, token), 0, None,
+                                 sig)
         track(tensor)
         return tensor
 
@@ -125,7 +127,7 @@ def make_recorder(func):
                 node_args.append(a)
             elif t is int or t is float or t is bool:
                 key.append(t)
-                key.append(a)
+                key.append(a if a or t is not float else repr(a))  # 0.0 != -0.0 here
                 node_args.append(a)
             else:
                 node_args.append(_encode(a, lift, key, name))
@@ -143,15 +145,18 @@ def make_recorder(func):
             key, entry = None, None
         if entry is None:
             try:
-                entry = _infer(func, args, kwargs)
+                metas, kind, outputs = _infer(func, args, kwargs)
             except fallback.NO_META as error:
                 return fallback.run_eagerly(func, args, kwargs, f"no meta kernel: {error}")
+            # The entry's token stands for everything its key fixes: the node's
+            # op, its non-tensor arguments and its outputs (Node.static).
+            entry = metas, kind, outputs, None if key is None else static_token()
             if key is not None:
                 if len(shapes) >= _SHAPE_CACHE_LIMIT:
                     shapes.clear()
                 shapes[key] = entry
-        metas, kind, outputs = entry
-        node = Node(op, tuple(node_args), node_kwargs, metas)
+        metas, kind, outputs, token = entry
+        node = Node(op, tuple(node_args), node_kwargs, metas, token)
         if kind is None:
             meta, sig, shape, dtype = outputs[0]
             tensor = _make_wrapper(LazyTensor, shape, dtype=dtype, device=TORCH_DEVICE)
@@ -197,7 +202,7 @@ def _encode(x, lift: bool, key: list, op_name: str | None = None):
         key.append(signature(x.shape, x.dtype))
         return constant(x)._lazy
     key.append(t)
-    key.append(x)
+    key.append(x if x or t is not float else repr(x))  # 0.0 and -0.0 are equal keys otherwise
     if isinstance(x, torch.device):
         # Graphs are device-neutral; the importer expects a real torch device.
         return torch.device("cpu")

@@ -22,7 +22,7 @@ dispatch). Tracing time is counted per top-level call (trace_state.py).
 
 from __future__ import annotations
 
-from . import decompose, failures, fallback, functional, random_ops, recording
+from . import decompose, failures, fallback, foreach_meta, functional, random_ops, recording
 from .host_data import adopt, constant
 from .special_ops import SPECIAL
 from .trace_state import clock, count_trace_time, depth, flush_trace_time, state
@@ -86,6 +86,9 @@ def dispatch(func, args, kwargs):
 
 
 LazyTensor.__torch_dispatch__ = classmethod(_torch_dispatch)
+# Functionalization's meta check of in-place _foreach_ ops, in microseconds
+# (foreach_meta.py).
+foreach_meta.install()
 
 
 # ------------------------------------------------------------------ routes

@@ -40,16 +40,30 @@ def node_seq_mark() -> int:
 
 
 class Node:
-    """One recorded functional op. `args`/`kwargs` hold LazyValues where tensors were."""
+    """One recorded functional op. `args`/`kwargs` hold LazyValues where tensors were.
 
-    __slots__ = ("op", "args", "kwargs", "out_metas", "seq")
+    `static`: a token shared by the nodes whose op, non-tensor arguments (all but
+    lifted floats) and output shapes/dtypes are equal (the recorder's shape-cache
+    entry, a decomposition template's step), or None; graph.py keys the structural
+    hash's per-node text by it, so a node's text is built once per token."""
 
-    def __init__(self, op, args, kwargs, out_metas):
+    __slots__ = ("op", "args", "kwargs", "out_metas", "seq", "static")
+
+    def __init__(self, op, args, kwargs, out_metas, static=None):
         self.op = op
         self.args = args
         self.kwargs = kwargs
         self.out_metas = out_metas  # meta-device tensors, one per tensor output
         self.seq = next(_node_ids)  # creation order = a valid topological order
+        self.static = static
+
+
+_static_tokens = itertools.count(1)
+
+
+def static_token() -> int:
+    """A new Node.static token (never reused in the process)."""
+    return next(_static_tokens)
 
 
 # Shape signatures: (shape, dtype) -> a small int, the tracer's shape-cache key for a
@@ -120,6 +134,12 @@ class LazyTensor(torch.Tensor):
     """Inner tensor of a lazy_mlir FunctionalTensorWrapper."""
 
     _lazy: LazyValue
+
+    # Ops called on inner tensors (decompositions, the in-place and foreach routes) go
+    # straight to __torch_dispatch__: Tensor's default __torch_function__ ran a Python
+    # call per op and per attribute read (`.shape`, `.dtype`), and its one effect, making
+    # outputs instances of the subclass, the tracer's outputs have already.
+    __torch_function__ = torch._C._disabled_torch_function_impl
 
     @staticmethod
     def __new__(cls, value: LazyValue):
