@@ -263,8 +263,7 @@ def _dynamic_contraction_plan(op, index: int, name: str) -> Plan | None:
     # The rows a dynamic M leaves (fewer than rm) one at a time, each over a row of
     # DYNAMIC_ROW_TILE register widths of N where N allows: independent accumulators
     # to cover the FMA latency that rm rows cover in the full tiles.
-    wide = rn * DYNAMIC_ROW_TILE
-    row_n = wide if n and n_tile % wide == 0 else rn
+    row_n = _largest_divisor(n_tile, (rn * DYNAMIC_ROW_TILE, rn * 2, rn)) if n else rn
     script += dynamic.tile_and_vectorize(
         f"%c{index}", name, batch + [rm, rn, rk],
         [False] * len(batch) + [s is None for s in (m, n, k)],
