@@ -27,6 +27,13 @@ same code is correct on any x86-64, llc picks the host's vector width):
   (_elementwise_vector_plan).
 - anything else with a parallel outermost loop: parallel blocks of scalar loops.
 
+Symbolic sizes (`?` dims, a graph compiled once for every size): contractions,
+innermost reductions, elementwise ops and the parallel blocks get the same
+strategies with the ISA's preferred tiles on dynamic dims, whose tile loops are
+peeled (full static tiles, then a vectorized remainder), and run on all cores
+under a run-time test of their work (lowering/cpu/dynamic.py). Transposes of `?`
+sizes keep the scalar loops.
+
 Ops are matched by a `lazymlir.schedule` attribute holding their index; the
 attribute is removed afterwards.
 """
@@ -797,6 +804,13 @@ def _restore(casts) -> None:
         cast.erase()
 
 
+def _has_dynamic_sizes(op) -> bool:
+    from mlir import ir
+
+    return any(isinstance(v.type, ir.ShapedType) and not ir.ShapedType(v.type).has_static_shape
+               for v in op.operation.operands)
+
+
 def _plan_op(op, previous, plans: list, isolated: list | None,
              zero_inits: list | None) -> None:
     """Tag `op` with the first strategy that fits it and append its plan to `plans`."""
@@ -826,17 +840,16 @@ def _plan_op(op, previous, plans: list, isolated: list | None,
 
 
 def build_script(module, isolated: list | None = None,
-                 zero_inits: list | None = None) -> str | None:
+                 zero_inits: list | None = None, dynamic_sizes: bool = True) -> str | None:
     """Tag the ops a strategy fits and return the transform module text (None: nothing to do).
     The accumulator casts of contractions (`_isolate_accumulator`) are appended to
     `isolated` (the caller removes them after the script ran); none without it.
     Those of contractions that may start from zero registers go to `zero_inits`
     too, with the fill before them (`_zero_inits`)."""
-    from mlir import ir
-
     plans: list[Plan] = []
     for op, previous in _linalg_ops_after(module):
-        _plan_op(op, previous, plans, isolated, zero_inits)
+        if dynamic_sizes or not _has_dynamic_sizes(op):
+            _plan_op(op, previous, plans, isolated, zero_inits)
     if not plans:
         return None
     body = []
@@ -860,8 +873,9 @@ def _strip_tags(module) -> None:
                 del op.operation.attributes[name]
 
 
-def apply(module) -> None:
-    """Schedule `module` in place (call inside its context)."""
+def apply(module, dynamic_sizes: bool = True) -> None:
+    """Schedule `module` in place (call inside its context). `dynamic_sizes=False`:
+    ops with `?` sizes keep their scalar loops (the retry after a failure)."""
     from mlir import ir
     from mlir.dialects.transform import interpreter
 
@@ -871,7 +885,7 @@ def apply(module) -> None:
     permissive = context.allow_unregistered_dialects
     context.allow_unregistered_dialects = True  # the accumulator casts, while they live
     try:
-        script = build_script(module, isolated, zero_inits)
+        script = build_script(module, isolated, zero_inits, dynamic_sizes)
         if script is None:
             return
         transform_module = ir.Module.parse(script)
