@@ -105,9 +105,9 @@ class Plan:
     # A contraction whose K loop is not split into cache tiles: each accumulator
     # register tile is read from the output once, before the K loop (_zero_inits).
     reads_output_once: bool = False
-    # Symbolic sizes: whether the op runs on all cores depends on them. (its loops'
-    # extents, the product of the static ones, the work threshold): the op is put
-    # under a run-time test and each copy planned again (dynamic.guard).
+    # Symbolic sizes, where whether the op runs on all cores depends on them: (its
+    # loops' extents, the product of the static ones, the work threshold); the op is
+    # put under a run-time test and each copy is planned again (dynamic.guard).
     guard: tuple | None = None
 
 
