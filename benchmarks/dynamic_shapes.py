@@ -1,6 +1,7 @@
 """A graph with symbolic sizes against its static specializations, next to eager.
 
     PYTHONPATH=. python -m benchmarks.dynamic_shapes [--sizes 16,64,256] [--calls 20]
+        [--unscheduled]
 
 torch.compile(backend="lazymlir", dynamic=True) compiles one graph whose sizes are read
 at run time (lazymlir/dynamo_dynamic.py); dynamic=False compiles one graph per size, in
@@ -113,23 +114,41 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _without_dynamic_schedule() -> None:
+    """Compile in this process with the cpu schedule of ops with `?` sizes off
+    (lowering/cpu/dynamic.py; what a schedule failure falls back to): the baseline."""
+    from lazymlir import config
+    from lazymlir.lowering.cpu import schedule
+
+    config.settings().compile_worker = False
+    apply = schedule.apply
+    schedule.apply = lambda module, dynamic_sizes=True: apply(module, dynamic_sizes=False)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="16,64,256")
     parser.add_argument("--only", default="mlp,attention")
     parser.add_argument("--calls", type=int, default=20)
     parser.add_argument("--label", default="dynamic-vs-static")
+    parser.add_argument("--unscheduled", action="store_true",
+                        help="the code before the cpu schedule took `?` sizes: ops with "
+                             "dynamic sizes as scalar loops (compiles in this process)")
     args = parser.parse_args(argv)
+    if args.unscheduled:
+        _without_dynamic_schedule()
     sizes = [int(s) for s in args.sizes.split(",")]
     load = os.getloadavg()[0]
     rows = []
     for name in args.only.split(","):
         rows += measure(name, sizes, args.calls)
+    unscheduled = (" The symbolic graph's ops with `?` sizes as scalar loops (--unscheduled)."
+                   if args.unscheduled else "")
     text = (f"# {args.label}\n\nOne graph with symbolic sizes (torch.compile dynamic=True) "
             f"against one static graph per size (dynamic=False) and eager, forward under "
             f"no_grad, alternating call by call; medians of {args.calls} calls, ratios are "
             f"medians of per-round ratios. torch {torch.__version__}, "
-            f"{torch.get_num_threads()} threads, load average {load:.1f}.\n\n"
+            f"{torch.get_num_threads()} threads, load average {load:.1f}.{unscheduled}\n\n"
             f"{table(rows)}\n")
     print(text)
     path = result_path(f"{args.label}.md")

@@ -27,6 +27,13 @@ same code is correct on any x86-64, llc picks the host's vector width):
   (_elementwise_vector_plan).
 - anything else with a parallel outermost loop: parallel blocks of scalar loops.
 
+Symbolic sizes (`?` dims, a graph compiled once for every size): contractions,
+innermost reductions, elementwise ops and the parallel blocks get the same
+strategies with the ISA's preferred tiles on dynamic dims, whose tile loops are
+peeled (full static tiles, then a vectorized remainder), and run on all cores
+under a run-time test of their work (lowering/cpu/dynamic.py). Transposes of `?`
+sizes keep the scalar loops.
+
 Ops are matched by a `lazymlir.schedule` attribute holding their index; the
 attribute is removed afterwards.
 """
@@ -36,7 +43,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from . import isa, parallel
+from . import dynamic, isa, parallel
 from ..mlir_runner import PipelineFailure, map_results, walk
 
 TAG = "lazymlir.schedule"
@@ -98,6 +105,10 @@ class Plan:
     # A contraction whose K loop is not split into cache tiles: each accumulator
     # register tile is read from the output once, before the K loop (_zero_inits).
     reads_output_once: bool = False
+    # Symbolic sizes, where whether the op runs on all cores depends on them: (its
+    # loops' extents, the product of the static ones, the work threshold); the op is
+    # put under a run-time test and each copy is planned again (dynamic.guard).
+    guard: tuple | None = None
 
 
 def _largest_divisor(dim: int, candidates: tuple[int, ...]) -> int:
@@ -155,7 +166,7 @@ def _contraction_plan(op, index: int) -> Plan | None:
         return None
     shapes = [_static_shape(v.type) for v in operands]
     if any(s is None for s in shapes):
-        return None
+        return _dynamic_contraction_plan(op, index, name)
     a, b = shapes[0], shapes[1]
     m, k, n = a[-2], a[-1], b[-1]
     vectors = isa.host()
@@ -207,6 +218,69 @@ def _contraction_plan(op, index: int) -> Plan | None:
     return Plan(index, script, contraction=True, reads_output_once=ck == k)
 
 
+# Register widths of N in the one-row tiles of a dynamic M's remainder rows.
+DYNAMIC_ROW_TILE = 4
+
+
+def _dynamic_contraction_plan(op, index: int, name: str) -> Plan | None:
+    """A contraction with `?` extents: the static plan's tiles, with the ISA's preferred
+    register tile and the largest cache tile under the cap on a dynamic dim, whose
+    register tile loops are peeled (lowering/cpu/dynamic.py). Run on all cores when
+    its work is large enough at run time (a guard, where that depends on the sizes)."""
+    rank = 4 if name == "linalg.batch_matmul" else 3
+    extents = dynamic.loop_extents(op, rank, _DEFAULT_MAPS[name])
+    if extents is None:
+        return None
+    sizes = [extent for extent, _ in extents]
+    m, n, k = sizes[-3:]
+    vectors = isa.host()
+    rm = _largest_divisor(m, vectors.reg_m) if m else vectors.reg_m[0]
+    rn = _largest_divisor(n, vectors.reg_n) if n else vectors.reg_n[0]
+    rk = _largest_divisor(k, vectors.reg_k) if k else vectors.reg_k[0]
+    if rm == 1 or rn == 1:
+        return None
+    cm = _cache_tile(m, rm, CACHE_M) if m else CACHE_M // rm * rm
+    cn = _cache_tile(n, rn, CACHE_N) if n else CACHE_N // rn * rn
+    ck = _cache_tile(k, rk, CACHE_K) if k else CACHE_K // rk * rk
+    static_work = math.prod(s for s in sizes if s)
+    choice = dynamic.parallel_choice(op, static_work, True, MIN_PARALLEL_FLOPS)
+    if choice == "guard":
+        return Plan(index, "", guard=(extents, static_work, MIN_PARALLEL_FLOPS))
+    batch = [1] if rank == 4 else []
+    h = f"%op{index}"
+    script = ""
+    if choice:
+        nbatch = sizes[0] if batch and sizes[0] else 1
+        pm, pn = _parallel_tiles(m or cm, n or cn, cm, cn, rm, rn, nbatch)
+        script += (
+            f"    %p{index}, %pl{index} = transform.structured.tile_using_forall {h} "
+            f"tile_sizes {batch + [pm, pn, 0]} : (!transform.any_op) -> (!transform.any_op, "
+            "!transform.any_op)\n")
+        h = f"%p{index}"
+        outer = [0] * len(batch) + [0, 0, ck]
+        n_tile = pn
+    else:
+        outer = batch + [cm, cn, ck]
+        n_tile = cn
+    outer_loops = sum(1 for t in outer if t)
+    script += (
+        f"    %c{index}, %cl{index}:{outer_loops} = transform.structured.tile_using_for {h} "
+        f"tile_sizes {outer} : (!transform.any_op) -> "
+        f"({', '.join(['!transform.any_op'] * (outer_loops + 1))})\n")
+    # The rows a dynamic M leaves (fewer than rm) one at a time, each over a row of
+    # DYNAMIC_ROW_TILE register widths of N where N allows: independent accumulators
+    # to cover the FMA latency that rm rows cover in the full tiles.
+    row_n = _largest_divisor(n_tile, (rn * DYNAMIC_ROW_TILE, rn * 2, rn)) if n else rn
+    script += dynamic.tile_and_vectorize(
+        f"%c{index}", name, batch + [rm, rn, rk],
+        [False] * len(batch) + [s is None for s in (m, n, k)],
+        remainder_tiles=batch + [rm, row_n, rk])
+    script += (f"    transform.apply_patterns to %cl{index}#0 {{\n"
+               f"      transform.apply_patterns.memref.fold_memref_alias_ops\n"
+               f"    }} : !transform.any_op\n")
+    return Plan(index, script, contraction=True)
+
+
 def _parallel_tiles(m: int, n: int, cm: int, cn: int, rm: int, rn: int,
                     nbatch: int) -> tuple[int, int]:
     """(M, N) tile of a parallel contraction's blocks: the cache tile, halved (N first:
@@ -241,9 +315,6 @@ def _innermost_reduction_plan(op, index: int) -> Plan | None:
     operands = list(op.operation.operands)
     if not operands or not all(_is_f32(v.type) for v in operands):
         return None
-    shapes = [_static_shape(v.type) for v in operands]
-    if any(s is None for s in shapes):
-        return None
     # Every input must read the reduced dim as its innermost, contiguous one.
     rank = len(iterators)
     last = f"d{rank - 1}"
@@ -254,13 +325,14 @@ def _innermost_reduction_plan(op, index: int) -> Plan | None:
         if not results or results[-1] != last:
             return None
     loop_sizes = _loop_sizes(op, rank)
-    if loop_sizes is None:
-        return None
     vectors = isa.host()
     libm = _libm_calls(op)
     if libm & _NO_VECTOR_FORM:
         return None
     steps = (LIBM_LANES,) if libm else vectors.reduction_tiles
+    if loop_sizes is None:
+        return _dynamic_vector_plan(op, index, iterators, LIBM_LANES if libm
+                                    else DYNAMIC_REGISTERS * vectors.lanes)
     rk = _largest_divisor(loop_sizes[-1], steps)
     if rk == 1:
         return None
@@ -337,10 +409,48 @@ def _parallel_outer_plan(op, index: int) -> Plan | None:
         return None
     loop_sizes = _loop_sizes(op, len(iterators))
     if loop_sizes is None:
-        return None
+        return _dynamic_vector_plan(op, index, iterators, 0)
     # _parallel_outer_blocks declines an outermost reduction and small ops.
     script, _ = _parallel_outer_blocks(f"%op{index}", index, loop_sizes, iterators)
     return Plan(index, script) if script else None
+
+
+# Vector registers per step of a vectorized elementwise op or reduction whose innermost
+# extent is dynamic: the main loop of whole steps is peeled from the remainder (up to
+# a step less one element, done one element per step), so a long step costs
+# short rows more of them (a softmax row of 40: 32 + 8 single elements).
+DYNAMIC_REGISTERS = 2
+
+
+def _dynamic_vector_plan(op, index: int, iterators: list[str], step: int) -> Plan | None:
+    """An elementwise op or innermost reduction with `?` extents: its innermost loop
+    in steps of `step` elements, vectorized (0: scalar loops), the step loop peeled
+    where that extent is dynamic (lowering/cpu/dynamic.py); the outermost loop split
+    into blocks on all cores where the work is large enough (at run time, when that
+    depends on the sizes)."""
+    rank = len(iterators)
+    extents = dynamic.loop_extents(op, rank)
+    if extents is None:
+        return None
+    sizes = [extent for extent, _ in extents]
+    static_work = math.prod(s for s in sizes if s)
+    can_split = "parallel" in iterators[0] and sizes[0] != 1
+    choice = dynamic.parallel_choice(op, static_work, True, parallel.MIN_PARALLEL_ELEMENTS) \
+        if can_split else False
+    if choice == "guard":
+        return Plan(index, "", guard=(extents, static_work, parallel.MIN_PARALLEL_ELEMENTS))
+    script, h = "", f"%op{index}"
+    if choice:
+        script, h = dynamic.forall_blocks(h, index, rank, PARALLEL_BLOCKS)
+    if not step:
+        return Plan(index, script) if script else None
+    if sizes[-1] is not None:
+        step = _largest_divisor(sizes[-1], (step, step // 2, step // 4))
+        if step < 4:
+            return Plan(index, script) if script else None
+    script += dynamic.tile_and_vectorize(h, "linalg.generic", [1] * (rank - 1) + [step],
+                                         [False] * (rank - 1) + [sizes[-1] is None])
+    return Plan(index, script)
 
 
 def _is_dim(expr: str) -> bool:
@@ -402,9 +512,13 @@ def _elementwise_vector_plan(op, index: int) -> Plan | None:
     if not _contiguous_inner(attrs["indexing_maps"], rank):
         return None
     loop_sizes = _loop_sizes(op, rank)
-    if loop_sizes is None:
-        return None
     lanes = isa.host().lanes
+    if loop_sizes is None:
+        plan = _dynamic_vector_plan(op, index, iterators, LIBM_LANES if libm
+                                    else DYNAMIC_REGISTERS * lanes)
+        if plan is not None:
+            plan.elementwise = plan.guard is None
+        return plan
     # Steps of one libmvec call where the payload calls libm (LIBM_LANES).
     steps = (LIBM_LANES,) if libm else tuple(lanes * r for r in ELEMENTWISE_REGISTERS)
     vt = _largest_divisor(loop_sizes[-1], steps)
@@ -690,33 +804,52 @@ def _restore(casts) -> None:
         cast.erase()
 
 
+def _has_dynamic_sizes(op) -> bool:
+    from mlir import ir
+
+    return any(isinstance(v.type, ir.ShapedType) and not ir.ShapedType(v.type).has_static_shape
+               for v in op.operation.operands)
+
+
+def _plan_op(op, previous, plans: list, isolated: list | None,
+             zero_inits: list | None) -> None:
+    """Tag `op` with the first strategy that fits it and append its plan to `plans`."""
+    from mlir import ir
+
+    for strategy in STRATEGIES:
+        plan = strategy(op, len(plans))
+        if plan is None:
+            continue
+        if plan.guard is not None:
+            for copy in dynamic.guard(op, *plan.guard):
+                _plan_op(copy, None, plans, isolated, zero_inits)
+            return
+        op.operation.attributes[TAG] = ir.IntegerAttr.get(
+            ir.IntegerType.get_signless(64), plan.index)
+        plans.append(plan)
+        if plan.elementwise:
+            _load_scalar_inputs(op)
+        if plan.contraction and isolated is not None:
+            fill = _zero_fill_before(op, previous) if plan.reads_output_once else None
+            cast = _isolate_accumulator(op)
+            if cast is not None:
+                isolated.append(cast)
+                if fill is not None and zero_inits is not None:
+                    zero_inits.append((cast, fill))
+        return
+
+
 def build_script(module, isolated: list | None = None,
-                 zero_inits: list | None = None) -> str | None:
+                 zero_inits: list | None = None, dynamic_sizes: bool = True) -> str | None:
     """Tag the ops a strategy fits and return the transform module text (None: nothing to do).
     The accumulator casts of contractions (`_isolate_accumulator`) are appended to
     `isolated` (the caller removes them after the script ran); none without it.
     Those of contractions that may start from zero registers go to `zero_inits`
     too, with the fill before them (`_zero_inits`)."""
-    from mlir import ir
-
-    plans = []
+    plans: list[Plan] = []
     for op, previous in _linalg_ops_after(module):
-        for strategy in STRATEGIES:
-            plan = strategy(op, len(plans))
-            if plan is not None:
-                op.operation.attributes[TAG] = ir.IntegerAttr.get(
-                    ir.IntegerType.get_signless(64), plan.index)
-                plans.append(plan)
-                if plan.elementwise:
-                    _load_scalar_inputs(op)
-                if plan.contraction and isolated is not None:
-                    fill = _zero_fill_before(op, previous) if plan.reads_output_once else None
-                    cast = _isolate_accumulator(op)
-                    if cast is not None:
-                        isolated.append(cast)
-                        if fill is not None and zero_inits is not None:
-                            zero_inits.append((cast, fill))
-                break
+        if dynamic_sizes or not _has_dynamic_sizes(op):
+            _plan_op(op, previous, plans, isolated, zero_inits)
     if not plans:
         return None
     body = []
@@ -735,12 +868,14 @@ def build_script(module, isolated: list | None = None,
 
 def _strip_tags(module) -> None:
     for op in _linalg_ops(module):
-        if TAG in op.operation.attributes:
-            del op.operation.attributes[TAG]
+        for name in (TAG, dynamic.PARALLEL_CHOICE):
+            if name in op.operation.attributes:
+                del op.operation.attributes[name]
 
 
-def apply(module) -> None:
-    """Schedule `module` in place (call inside its context)."""
+def apply(module, dynamic_sizes: bool = True) -> None:
+    """Schedule `module` in place (call inside its context). `dynamic_sizes=False`:
+    ops with `?` sizes keep their scalar loops (the retry after a failure)."""
     from mlir import ir
     from mlir.dialects.transform import interpreter
 
@@ -750,7 +885,7 @@ def apply(module) -> None:
     permissive = context.allow_unregistered_dialects
     context.allow_unregistered_dialects = True  # the accumulator casts, while they live
     try:
-        script = build_script(module, isolated, zero_inits)
+        script = build_script(module, isolated, zero_inits, dynamic_sizes)
         if script is None:
             return
         transform_module = ir.Module.parse(script)

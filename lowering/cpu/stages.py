@@ -6,6 +6,7 @@ dialect, ready for mlir-translate + llc in cpu/codegen.py).
 from __future__ import annotations
 
 import logging
+import re
 
 from . import bf16_rounding, c_interface, outline, parallel, schedule
 from ..bufferize import buffer_copies
@@ -84,14 +85,33 @@ def _schedule(module) -> None:
     schedule.apply(module)
 
 
+_DYNAMIC_MEMREF = re.compile(r"memref<[^>]*\?")
+
+
+def _schedule_static_sizes(module) -> None:
+    _unscheduled(module)
+    schedule.apply(module, dynamic_sizes=False)
+
+
 def to_loops(text: str):
     try:
         module = run_pipeline(UPSTREAM, text, LOOPS_PIPELINE, before=_schedule)
     except schedule.ScheduleFailure as error:
-        # A strategy that does not fit an op costs speed, not the graph: the
-        # unscheduled pipeline lowers every linalg op to scalar loops.
-        log.warning("%s; compiling this graph without tiling/vectorization", error)
-        module = run_pipeline(UPSTREAM, text, LOOPS_PIPELINE, before=_unscheduled)
+        # A strategy that does not fit an op costs speed, not the graph: again
+        # without the schedule of ops with `?` sizes (lowering/cpu/dynamic.py), the
+        # newer one, then with none (every linalg op to scalar loops).
+        module = None
+        if _DYNAMIC_MEMREF.search(text):
+            log.warning("%s; compiling this graph again without tiling/vectorization of "
+                        "ops with dynamic sizes", error)
+            try:
+                module = run_pipeline(UPSTREAM, text, LOOPS_PIPELINE,
+                                      before=_schedule_static_sizes)
+            except schedule.ScheduleFailure as again:
+                error = again
+        if module is None:
+            log.warning("%s; compiling this graph without tiling/vectorization", error)
+            module = run_pipeline(UPSTREAM, text, LOOPS_PIPELINE, before=_unscheduled)
     # Outlined before the parallel loops become OpenMP regions, so that a parallel
     # nest repeated by every layer of a model is one function too (the regions are
     # most of a transformer graph's code).

@@ -226,12 +226,18 @@ module {
     return
   }
 }
-// A dynamic size (a boolean-mask index) and a scalar operand: no static
-// schedule, the loops of convert-linalg-to-loops.
+// A dynamic size (a boolean-mask index) and a scalar operand: the schedule for
+// `?` sizes (schedule-dynamic.mlir): the scalar broadcast once, vector steps with a
+// peeled rest, on all cores only when the size at run time is large enough.
 // CHECK-LABEL: func.func @exp$dynamic
-// CHECK-NOT: omp.
-// CHECK: scf.for
-// CHECK: arith.mulf
+// CHECK: %[[N:.*]] = memref.dim %arg0, %c0
+// CHECK: %[[LARGE:.*]] = arith.cmpi sge, %[[N]], %c65536
+// CHECK: scf.if %[[LARGE]] {
+// CHECK: omp.parallel
+// CHECK: arith.mulf %{{.*}}, %{{.*}} : vector<32xf32>
+// CHECK: } else {
+// CHECK: arith.mulf %{{.*}}, %{{.*}} : vector<32xf32>
+// CHECK: arith.mulf %{{.*}}, %{{.*}} : vector<1xf32>
 // CHECK: return
 
 // -----

@@ -145,3 +145,30 @@ def test_the_lazy_policy_fits_sizes_as_a_times_s_plus_b():
     assert dynamic_policy._fit((5, 7, 9), [(2, 3, 4)]) == "2*s0 + 1"
     assert dynamic_policy._fit((10, 9, 8), [(2, 3, 4)]) == "-1*s0 + 12"
     assert dynamic_policy._fit((4, 9, 16), [(2, 3, 4)]) is None  # s*s
+
+
+def test_symbolic_sizes_get_the_tiled_schedule_with_remainders_and_both_parallel_branches():
+    """The cpu schedule's code for `?` sizes (lowering/cpu/dynamic.py): full register tiles,
+    peeled remainders (primes: no tile divides them) and a run-time choice
+    between parallel and in-order loops (300 rows are over the parallel threshold, the
+    others under), against eager, with one graph for every size."""
+    torch.manual_seed(0)
+    mlp = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 64))
+    w = torch.randn(64, 40)
+
+    def f(x):
+        h = mlp(x)
+        # a dynamic contraction dim and innermost reduction/elementwise extents (s0)
+        scores = torch.softmax(h @ h.t(), -1)
+        return scores @ h + (h @ w).sum(-1, keepdim=True), torch.relu(x.flatten()) * 2
+
+    compiled = torch.compile(f, backend="lazymlir", dynamic=True)
+    with torch.no_grad():
+        for batch in (300, 7, 13, 37, 1):
+            x = torch.randn(batch, 64)
+            for got, want in zip(compiled(x), f(x)):
+                torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    # Dynamo specializes a size of 1: that call has a static graph of its own.
+    assert _compiles() == 2
+    assert metrics.counter("DynamicSpecialized") == 0
+    assert_no_fallback()
