@@ -5,7 +5,7 @@ with PyTorch), when
 - its output shape depends on data (nonzero, unique, masked_select...), which
   a static-shape graph cannot express, or it has no meta kernel to infer its
   output shape from;
-- it is a random op random_ops.py does not compile (multinomial, cauchy_...), or one
+- it is a random op random_ops.py does not compile (cauchy_, log_normal_...), or one
   given an explicit CPU `generator=`.
 Ops that record fine but do not *lower* are handled at the sync point
 instead (execution/partition.py: the graph is split around them), so tracing

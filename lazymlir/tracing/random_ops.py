@@ -12,7 +12,7 @@ Twister.
 dropout's mask is an output of `native_dropout` that autograd saves for the
 backward, so forward and backward use the same mask. An op given an explicit
 `generator=` (a CPU torch.Generator) keeps running eagerly on it, counted as a
-fallback, as does multinomial. randperm arrives in its out= form and rebinds `out`.
+fallback. randperm arrives in its out= form and rebinds `out`.
 """
 
 from __future__ import annotations

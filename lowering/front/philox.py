@@ -233,6 +233,62 @@ def exponential(seed_offset, shape, dtype, lambd: float = 1.0):
     return _shaped(aten.mul.Scalar(aten.log.default(u), -1.0 / lambd), shape, dtype)
 
 
+def multinomial_counters(probs, num_samples: int, replacement: bool) -> int:
+    _check_multinomial(probs, num_samples, replacement)
+    rows = probs.numel() // max(probs.shape[-1], 1)
+    if replacement and num_samples > 1:
+        return counters(rows * num_samples)
+    return counters(probs.numel())
+
+
+def _check_multinomial(probs, num_samples: int, replacement: bool) -> None:
+    """Eager's shape and dtype errors (class and message), raised at the call."""
+    if not probs.dtype.is_floating_point:
+        raise RuntimeError(
+            f"multinomial only supports floating-point dtypes for input, got: {probs.dtype}")
+    if probs.dim() not in (1, 2):
+        raise RuntimeError("prob_dist must be 1 or 2 dim")
+    if num_samples <= 0:
+        raise RuntimeError("cannot sample n_sample <= 0 samples")
+    if not replacement and num_samples > probs.shape[-1]:
+        raise RuntimeError(
+            "cannot sample n_sample > prob_dist.size(-1) samples without replacement")
+
+
+def multinomial(seed_offset, probs, num_samples: int, replacement: bool = False):
+    """`multinomial(probs, num_samples, replacement)`: int64 category indices drawn in
+    proportion to the (unnormalized, non-negative) weights of each row.
+
+    Without replacement (and for one sample either way): an exponential race. Each
+    category gets E / p with E ~ Exp(1); the smallest keys win in order, which draws
+    without replacement in proportion to p (the Gumbel-top-k trick). One sample is an
+    argmin, linear in the row length (what sampling a token from a vocabulary does);
+    more take a top-k. With replacement: each sample inverts the row's cumulative sum
+    (the count of cumulative weights at or below u * total). Eager's checks of the
+    weights' values (negative, inf/NaN, an all-zero row) are data-dependent: not made
+    here (docs/random.md); the shape checks are the caller's."""
+    _check_multinomial(probs, num_samples, replacement)
+    n = probs.shape[-1]
+    compute = torch.float64 if probs.dtype == torch.float64 else torch.float32
+    weights = probs if probs.dtype == compute else aten._to_copy.default(probs, dtype=compute)
+    if not replacement or num_samples == 1:
+        e = exponential(seed_offset, list(probs.shape), compute)
+        # A zero weight never wins (inf key; E / 0 would also give NaN where E = 0).
+        keys = aten.where.self(aten.gt.Scalar(weights, 0.0), aten.div.Tensor(e, weights),
+                               aten.full_like.default(e, math.inf))
+        if num_samples == 1:
+            return aten.argmin.default(keys, -1, True)
+        return aten.topk.default(keys, num_samples, -1, False, True)[1]
+    rows = list(probs.shape[:-1])
+    cdf = aten.cumsum.default(weights, -1)
+    total = aten.slice.Tensor(cdf, -1, n - 1, n)                       # [..., 1]
+    u = uniform(seed_offset, rows + [num_samples], compute)          # [..., k]
+    target = aten.mul.Tensor(u, total)
+    below = aten.le.Tensor(aten.unsqueeze.default(cdf, -2), aten.unsqueeze.default(target, -1))
+    index = aten.sum.dim_IntList(aten._to_copy.default(below, dtype=torch.int64), [-1])
+    return aten.clamp_max.default(index, n - 1)   # u * total rounding up to total
+
+
 # ------------------------------------------------------------------ ATen random ops
 # Per functional random op: (counters it draws, given its arguments; its value, given
 # `seed_offset` and its arguments). The lazy device's tracer and the torch.compile
@@ -358,6 +414,11 @@ RANDOM_OPS = {
                                                                     _numel(size))),
         _from_kwargs(lambda so, high, size, dtype=None: randint(
             so, 0, int(high), list(size), dtype or torch.int64))),
+    aten.multinomial.default: (
+        lambda self, num_samples, replacement=False: multinomial_counters(
+            self, int(num_samples), bool(replacement)),
+        lambda so, self, num_samples, replacement=False: multinomial(
+            so, self, int(num_samples), bool(replacement))),
     aten.randperm.default: (
         _from_kwargs(lambda n, dtype=None: counters(2 * int(n))),
         _from_kwargs(lambda so, n, dtype=None: randperm(so, int(n), dtype or torch.int64))),

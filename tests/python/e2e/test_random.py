@@ -10,6 +10,7 @@ through torch.compile.
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -273,3 +274,49 @@ def test_dropout_on_the_target():
     assert_no_fallback()
     assert set(out.unique().tolist()) == {0.0, 2.0}
     assert abs((out == 0).double().mean().item() - 0.5) < 0.07
+
+
+def _frequencies(samples: torch.Tensor, categories: int) -> torch.Tensor:
+    return torch.bincount(samples.flatten(), minlength=categories).double() / samples.numel()
+
+
+@pytest.mark.parametrize("replacement, k", [(False, 1), (True, 4), (False, 3)])
+def test_multinomial_in_the_graph(replacement, k):
+    """multinomial draws in proportion to the weights (first draws; a zero weight never
+    wins; without replacement no row repeats a category), in one graph with no fallback;
+    torch.manual_seed reproduces it."""
+    weights = torch.tensor([0.1, 0.0, 0.6, 0.3, 1.0]).repeat(4000, 1)  # 2nd row-kind below
+    weights[1::2] = torch.tensor([1.0, 1.0, 1.0, 1.0, 0.0])
+    torch.manual_seed(0)
+    got = torch.multinomial(weights.to(DEVICE), k, replacement=replacement).cpu()
+    torch.manual_seed(0)
+    again = torch.multinomial(weights.to(DEVICE), k, replacement=replacement).cpu()
+    assert_no_fallback()
+    assert got.dtype == torch.int64 and got.shape == (4000, k) and torch.equal(got, again)
+    for kind, first in enumerate((got[0::2, 0], got[1::2, 0])):
+        want = weights[kind] / weights[kind].sum()
+        assert (_frequencies(first, 5) - want).abs().max() < 0.03, (kind, first)
+    assert not (got[0::2] == 1).any() and not (got[1::2] == 4).any()  # zero weights
+    if not replacement:
+        assert all(len(set(row)) == k for row in got.tolist())
+
+
+def test_multinomial_shape_errors_are_eagers():
+    for args in ((torch.ones(3), 4), (torch.ones(3), 0), (torch.ones(2, 2, 2), 1)):
+        with pytest.raises(RuntimeError) as eager:
+            torch.multinomial(*args)
+        with pytest.raises(RuntimeError, match=re.escape(str(eager.value))):
+            torch.multinomial(args[0].to(DEVICE), *args[1:])
+
+
+def test_compiled_multinomial_samples_a_token():
+    """torch.compile: sampling one token per row from softmax probabilities (what a
+    decoding loop does), in the graph."""
+    compiled = torch.compile(lambda logits: torch.multinomial(logits.softmax(-1), 1),
+                             backend="lazymlir")
+    logits = torch.tensor([[0.0, 2.0, -1.0, 1.0]]).repeat(3000, 1)
+    got = compiled(logits)
+    assert_no_fallback()
+    assert got.shape == (3000, 1)
+    want = logits[0].softmax(-1).double()
+    assert (_frequencies(got, 4) - want).abs().max() < 0.03
