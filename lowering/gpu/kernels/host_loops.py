@@ -31,15 +31,22 @@ and widths every sm_70+ GPU does natively) and the loop runs in parallel. Float 
 depend on the order the updates land in, as with CUDA eager's atomics.
 
 A scatter that overwrites with one update per loop iteration and no other loop
-(`scatter(dim, index, src)` as tm-tensor-to-loops writes it) has no independent loop and
-stays serial (it falls back to eager): running its updates unordered gave wrong
-gradients in a cross-entropy backward on the emulator driver, for a cause not yet found.
+(`scatter(dim, index, src)` as tm-tensor-to-loops writes it) has no independent loop:
+two updates may name one element, and the serial loop (eager's CPU scatter) leaves the
+later one there. Run unordered, either could land. Such a nest (a perfect chain of
+loops whose body stores once, into a buffer the nest does not read) becomes two
+parallel passes over the iterations, in one thread each, with a scratch buffer of the
+output's shape holding, per element, the number of the last iteration that writes it:
+the first pass computes each iteration's target and takes `atomic max` of its iteration
+number there (the scratch starts at -1, a memset); the second stores the update of the
+iteration that won, alone. The result is the serial one, duplicates included, and does
+not depend on the order threads run in.
 """
 
 from __future__ import annotations
 
 from mlir import ir
-from mlir.dialects import arith, memref, scf
+from mlir.dialects import arith, gpu, memref, scf
 
 # Ops a nest may contain to be analysed (anything else: left alone).
 _ALLOWED_PREFIXES = ("arith.", "math.")
@@ -248,5 +255,118 @@ def parallelize_host_loops(host) -> int:
         for buffer in atomics:
             _to_atomic(buffer, accesses[buffer], accumulations[buffer])
         _parallel_around(nest, loop)
+        changed += 1
+    return changed
+
+
+# --------------------------------------------------------------------------------------
+# Overwriting scatters: last write wins, in two parallel passes.
+
+
+def _const(value) -> int | None:
+    owner = value.owner
+    if isinstance(owner, ir.Block) or owner.operation.name != "arith.constant":
+        return None
+    return ir.IntegerAttr(owner.operation.attributes["value"]).value
+
+
+def _overwrite(nest, accesses):
+    """(chain, [(lb, step, trips)], store op) when `nest` is a perfect chain of loops with
+    constant bounds whose innermost body stores once, into a buffer the nest does not
+    read (nothing else is written), else None."""
+    chain = _chain(nest)
+    bounds = []
+    for loop in chain:
+        if len(loop.results):
+            return None
+        lb, ub, step = (_const(v) for v in loop.operands[:3])
+        if None in (lb, ub, step) or step <= 0:
+            return None
+        bounds.append((lb, step, max(0, -(-(ub - lb) // step))))
+    stores = [(b, op) for b, uses in accesses.items() for _, is_store, op in uses if is_store]
+    if len(stores) != 1:
+        return None
+    buffer, store = stores[0]
+    if len(accesses[buffer]) != 1 or store.parent != chain[-1] or \
+            not ir.MemRefType(buffer.type).has_static_shape:
+        return None
+    return chain, bounds, store
+
+
+def _parallel_copy(nest, chain, bounds):
+    """A copy of `nest` as one scf.parallel over all its loops, right before it: returns
+    (the copy's store op, its iteration number as an `index` value)."""
+    index = ir.IndexType.get()
+    copy = nest.clone(ip=ir.InsertionPoint(nest))
+    loops = _chain(copy)
+    with ir.InsertionPoint(copy), copy.location:
+        parallel = scf.ParallelOp([], [l.operands[0] for l in loops],
+                                  [l.operands[1] for l in loops],
+                                  [l.operands[2] for l in loops], [])
+        body = parallel.regions[0].blocks.append(*([index] * len(loops)))
+        with ir.InsertionPoint(body):
+            scf.ReduceOp([], 0)
+    terminator = body.operations[0]
+    with ir.InsertionPoint(terminator), copy.location:
+        number = None
+        for iv, (lb, step, trips) in zip(body.arguments, bounds):
+            k = arith.SubIOp(iv, _index(lb)).result if lb else iv
+            k = arith.DivUIOp(k, _index(step)).result if step != 1 else k
+            number = k if number is None else \
+                arith.AddIOp(arith.MulIOp(number, _index(trips)).result, k).result
+    for loop, iv in zip(loops, body.arguments):
+        loop.regions[0].blocks[0].arguments[0].replace_all_uses_with(iv)
+    for op in list(loops[-1].regions[0].blocks[0].operations)[:-1]:  # all but scf.yield
+        op.move_before(terminator)
+    store = next(op for op in _ops(parallel.operation) if op.name == "memref.store")
+    copy.erase()
+    return store, number
+
+
+def _index(n: int):
+    return arith.ConstantOp(ir.IndexType.get(), n).result
+
+
+def _last_write_wins(nest, chain, bounds, store) -> None:
+    """Replace the overwriting nest by its two parallel passes (module docstring)."""
+    total = 1
+    for _, _, trips in bounds:
+        total *= trips
+    key = ir.IntegerType.get_signless(32 if total < 2**31 else 64)
+    shape = ir.MemRefType(store.operands[1].type).shape
+    with ir.InsertionPoint(nest), nest.location:
+        winners = memref.AllocOp(ir.MemRefType.get(shape, key), [], []).result
+        gpu.MemsetOp(None, [], winners, arith.ConstantOp(key, -1).result)
+    claim, number = _parallel_copy(nest, chain, bounds)
+    with ir.InsertionPoint(claim), claim.location:
+        mine = arith.IndexCastOp(key, number).result
+        memref.AtomicRMWOp(arith.AtomicRMWKind.maxs, mine, winners, list(claim.operands[2:]))
+    claim.erase()
+    write, number = _parallel_copy(nest, chain, bounds)
+    with ir.InsertionPoint(write), write.location:
+        mine = arith.IndexCastOp(key, number).result
+        won = memref.LoadOp(winners, list(write.operands[2:])).result
+        guard = scf.IfOp(arith.CmpIOp(arith.CmpIPredicate.eq, won, mine).result)
+        with ir.InsertionPoint(guard.then_block):
+            scf.YieldOp([])
+    write.move_before(guard.then_block.operations[0])
+    nest.erase()
+
+
+def parallelize_overwrites(host) -> int:
+    """Each top-level scf.for nest of `host` that overwrites one buffer at computed
+    indices (an overwriting scatter) becomes the two passes that keep the last write
+    (module docstring); returns how many. Run after parallelize_host_loops, which takes
+    the nests that have an independent loop."""
+    changed = 0
+    for op in list(host.regions[0].blocks[0].operations):
+        nest = op.operation
+        if nest.name != "scf.for" or len(nest.results):
+            continue
+        accesses = _accesses(nest)
+        found = _overwrite(nest, accesses) if accesses is not None else None
+        if found is None:
+            continue
+        _last_write_wins(nest, *found)
         changed += 1
     return changed
