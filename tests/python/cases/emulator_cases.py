@@ -96,6 +96,9 @@ CASES = {
     "complex_ops": (lambda a, b: (a * b + a, (a.exp() * 2).abs(), a @ b),
                     lambda: (torch.randn(3, 3, dtype=torch.complex64),
                              torch.randn(3, 3, dtype=torch.complex64)), "randn"),
+    # FFTs as DFT matmuls on (real, imaginary) parts (lowering/front/fft.py).
+    "fft": (lambda x: (torch.fft.rfft(x), torch.fft.ifft(x)), lambda: (torch.randn(4, 6),),
+            "randn"),
     "mlp_step": (mlp_step, lambda: (torch.randn(8, 16), torch.randn(8, 4), torch.randn(32, 16),
                                      torch.randn(32), torch.randn(4, 32), torch.randn(4)),
                  "randn"),
