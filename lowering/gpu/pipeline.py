@@ -57,7 +57,7 @@ from mlir.dialects import arith, gpu, scf
 
 from .ir import GpuLoweringError, cidx, gpu_modules, host_func
 from .kernels.reductions import split_reductions
-from .kernels.host_loops import parallelize_host_loops, parallelize_overwrites
+from .kernels.host_loops import parallelize_host_loops, parallelize_overwrites, serial_kernels
 from .kernels.matmul import tile_matmuls
 from .kernels.mma import align_fragment_memory, tile_mma_matmuls
 from .kernels.row_fusion import fuse_row_runs
@@ -503,6 +503,8 @@ def to_gpu(module: ir.Module, options=None) -> ir.Module:
         parallelize_host_loops(host_func(module))
         # Overwriting scatters: two passes that keep the last write.
         parallelize_overwrites(host_func(module))
+        # The rest (products): one thread, in order, where small.
+        serial_kernels(host_func(module))
         _map_host_loops(module, opts)
         _run(module, GPU_PIPELINE)
         align_fragment_memory(module)

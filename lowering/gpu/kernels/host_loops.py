@@ -23,11 +23,12 @@ allocation or argument the nest does not write. Loops carrying values (`iter_arg
 not moved; anything else is left as it was (and still falls back).
 
 A scatter that accumulates (`scatter_add`, `index_put(accumulate=True)`, `index_add`,
-embedding's backward) reads, adds to and writes back the element its index names:
-`B[idx] = B[idx] + u`. Its loop over updates is not independent (two updates may name
-one element), but the updates commute, so when that read-add-write is a buffer's only
-access in the nest it becomes one `memref.atomic_rmw` (f32/f64/i32/i64 add: the kinds
-and widths every sm_70+ GPU does natively) and the loop runs in parallel. Float sums then
+embedding's backward, `scatter_reduce` with amax/amin) reads, combines and writes back
+the element its index names: `B[idx] = B[idx] + u`. Its loop over updates is not
+independent (two updates may name one element), but the updates commute, so when that
+read-combine-write is a buffer's only access in the nest it becomes one
+`memref.atomic_rmw` (f32/f64/i32/i64 add, max, min: adds native on every sm_70+ GPU,
+float max/min CAS loops in the NVPTX backend) and the loop runs in parallel. Float sums then
 depend on the order the updates land in, as with CUDA eager's atomics.
 
 A scatter that overwrites with one update per loop iteration and no other loop
@@ -41,6 +42,10 @@ the first pass computes each iteration's target and takes `atomic max` of its it
 number there (the scratch starts at -1, a memset); the second stores the update of the
 iteration that won, alone. The result is the serial one, duplicates included, and does
 not depend on the order threads run in.
+
+What is still serial after that (a scatter that multiplies, which has no atomic) runs
+as one thread, in order, if it is small (MAX_SERIAL_ITERATIONS); larger ones stay on
+the host and fall back.
 """
 
 from __future__ import annotations
@@ -70,8 +75,14 @@ def _ops(op):
 # View ops a read-only buffer may come through (they alias their source).
 _VIEWS = {"memref.expand_shape", "memref.collapse_shape", "memref.subview", "memref.cast",
           "memref.reinterpret_cast"}
-# Accumulations that become atomics: the add op -> the atomic kind.
-_ATOMIC_ADDS = {"arith.addf": arith.AtomicRMWKind.addf, "arith.addi": arith.AtomicRMWKind.addi}
+# Accumulations that become atomics: the combining op -> the atomic kind (adds, and the
+# max/min of scatter_reduce's amax/amin, exact in any order; products have no atomic).
+_ATOMIC_COMBINES = {
+    "arith.addf": arith.AtomicRMWKind.addf, "arith.addi": arith.AtomicRMWKind.addi,
+    "arith.maximumf": arith.AtomicRMWKind.maximumf,
+    "arith.minimumf": arith.AtomicRMWKind.minimumf,
+    "arith.maxsi": arith.AtomicRMWKind.maxs, "arith.minsi": arith.AtomicRMWKind.mins,
+}
 _ATOMIC_TYPES = {"f32", "f64", "i32", "i64"}
 
 
@@ -129,7 +140,7 @@ def _accumulation(uses):
             any(a != b for a, b in zip(load_idx, store_idx)):
         return None
     add = store.operands[0].owner
-    if isinstance(add, ir.Block) or add.operation.name not in _ATOMIC_ADDS:
+    if isinstance(add, ir.Block) or add.operation.name not in _ATOMIC_COMBINES:
         return None
     loaded = load.results[0]
     operands = list(add.operation.operands)
@@ -137,7 +148,7 @@ def _accumulation(uses):
             len(list(add.operation.results[0].uses)) != 1:
         return None
     addend = operands[1] if operands[0] == loaded else operands[0]
-    return store, add.operation, addend, _ATOMIC_ADDS[add.operation.name]
+    return store, add.operation, addend, _ATOMIC_COMBINES[add.operation.name]
 
 
 def _to_atomic(buffer, uses, accumulation) -> None:
@@ -368,5 +379,46 @@ def parallelize_overwrites(host) -> int:
         if found is None:
             continue
         _last_write_wins(nest, *found)
+        changed += 1
+    return changed
+
+
+# --------------------------------------------------------------------------------------
+# Whatever stays serial: one thread.
+
+# Iterations above which a serial nest is left on the host (it then falls back): one GPU
+# thread runs ~1e8 simple iterations a second at best, eager's CPU loop far more.
+MAX_SERIAL_ITERATIONS = 1 << 16
+
+
+def serial_kernels(host) -> int:
+    """Each top-level scf.for nest of `host` still serial after the rewrites above (a
+    scatter that multiplies: `scatter_reduce(reduce="prod")`) becomes a kernel of one
+    thread that runs it in order, when it is a perfect chain of constant-bound loops of
+    at most MAX_SERIAL_ITERATIONS iterations over plain loads, stores and arithmetic;
+    returns how many."""
+    changed = 0
+    for op in list(host.regions[0].blocks[0].operations):
+        nest = op.operation
+        if nest.name != "scf.for" or len(nest.results) or _accesses(nest) is None:
+            continue
+        chain = _chain(nest)
+        if any(o.name == "scf.for" for o in _ops(chain[-1])):
+            continue
+        iterations = 1
+        for loop in chain:
+            lb, ub, step = (_const(v) for v in loop.operands[:3])
+            if None in (lb, ub, step) or step <= 0 or len(loop.results):
+                iterations = None
+                break
+            iterations *= max(0, -(-(ub - lb) // step))
+        if iterations is None or iterations > MAX_SERIAL_ITERATIONS:
+            continue
+        with ir.InsertionPoint(nest), nest.location:
+            parallel = scf.ParallelOp([], [_index(0)], [_index(1)], [_index(1)], [])
+            body = parallel.regions[0].blocks.append(ir.IndexType.get())
+            with ir.InsertionPoint(body):
+                scf.ReduceOp([], 0)
+        nest.move_before(body.operations[0])
         changed += 1
     return changed

@@ -91,6 +91,11 @@ CASES = {
     "cross_entropy_grad": (lambda x, t: torch.autograd.grad(
                                F.cross_entropy(x.requires_grad_(), t), x)[0],
                            lambda: (torch.randn(2, 64), torch.randint(0, 64, (2,))), "randn"),
+    # scatter_reduce: amax by atomic max (any order, exact), prod by one thread in order.
+    "scatter_reduce": (lambda x, i, s: (x.scatter_reduce(1, i, s, "amax"),
+                                        x.scatter_reduce(1, i, s, "prod")),
+                       lambda: (torch.randn(6, 5), torch.randint(0, 5, (6, 9)),
+                                torch.randn(6, 9)), "randn"),
     # Complex arithmetic in kernels (parts through the complex dialect; a complex fill
     # value made on the host and sunk into the kernel for the matmul).
     "complex_ops": (lambda a, b: (a * b + a, (a.exp() * 2).abs(), a @ b),
