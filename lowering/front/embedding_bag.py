@@ -1,7 +1,9 @@
 """`embedding_bag` forward and backward as ops torch-mlir lowers on both targets.
 
-Part of lowering.front.layers' table (so of both entry points'). The forward reduces
-gathered rows with a bag-membership matrix; the weight gradient adds each index's
+Part of lowering.front.layers' table (so of both entry points'). The forward adds
+gathered rows into their bags (sum, mean: a segment sum, an accumulating `index_put`,
+O(indices x width)) or takes a masked max over a bag-membership matrix (max:
+O(bags x indices x width)); the weight gradient adds each index's
 share of its bag's gradient into its row with an accumulating `index_put` (a
 scatter-add: two bags, or two places of one bag, that name the same row both add to
 it; the gpu stage turns it into atomic adds). The weight gradient costs O(indices x
@@ -19,9 +21,9 @@ aten = torch.ops.aten
 
 def embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
                   per_sample_weights=None, include_last_offset=False, padding_idx=-1):
-    """Bags of embedding rows reduced by sum, mean or max: a [bags, indices] membership
-    matrix (bag of index i: the number of offsets <= i, minus 1) times the gathered rows
-    (sum, mean), or a masked max over them. Returns eager's four results; offset2bag,
+    """Bags of embedding rows reduced by sum, mean or max (bag of index i: the number of
+    offsets <= i, minus 1): the gathered rows added into their bags (sum, mean), or a
+    masked max over a [bags, indices] membership matrix. Returns eager's four results; offset2bag,
     bag_size and max_indices have the shapes of PyTorch's meta function (which depend
     on whether the tensors are on the CPU)."""
     count = indices.shape[0]
@@ -29,27 +31,36 @@ def embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sp
     firsts = offsets.narrow(0, 0, bags)
     position = torch.arange(count, device=indices.device)
     bag = (firsts.unsqueeze(0) <= position.unsqueeze(1)).sum(1) - 1          # [I]
-    member = bag.unsqueeze(0) == torch.arange(bags, device=indices.device).unsqueeze(1)
+    valid = bag >= 0  # indices before the first offset are in no bag
     if include_last_offset:  # the last offset ends the last bag
-        member = member & (position < offsets[bags]).unsqueeze(0)
+        valid = valid & (position < offsets[bags])
     if padding_idx is not None and padding_idx >= 0:
-        member = member & (indices != padding_idx).unsqueeze(0)
+        valid = valid & (indices != padding_idx)
+    target = torch.where(valid, bag, 0)
     rows = weight[indices]                                                     # [I, D]
-    sizes = member.sum(1)
+    # Segment sums: each index adds into its bag (an accumulating index_put, in index
+    # order on the cpu target, atomic adds on the gpu), O(indices x width).
+    sizes = aten.index_put.default(bag.new_zeros(bags), [target], valid.to(bag.dtype), True)
     max_indices = None
     if mode == 2:
+        member = (bag.unsqueeze(0) == torch.arange(bags, device=indices.device).unsqueeze(1)) \
+            & valid.unsqueeze(0)
         masked = torch.where(member.unsqueeze(2), rows.unsqueeze(0), -math.inf)
         values, at = masked.max(1)                                             # [B, D]
         filled = (sizes > 0).unsqueeze(1)
         output = torch.where(filled, values, 0).to(weight.dtype)
         max_indices = torch.where(filled, indices[at], -1)
     else:
-        scale = member.to(weight.dtype)
+        # Half and bfloat16 bags add up in float32, as eager's CPU kernel does.
+        acc = torch.float32 if weight.dtype in (torch.float16, torch.bfloat16) else weight.dtype
+        scale = valid.to(acc)
         if per_sample_weights is not None:
-            scale = scale * per_sample_weights.to(weight.dtype)
-        output = scale @ rows
+            scale = scale * per_sample_weights.to(acc)
+        output = aten.index_put.default(rows.new_zeros(bags, rows.shape[1], dtype=acc),
+                                        [target], rows.to(acc) * scale.unsqueeze(1), True)
         if mode == 1:
-            output = output / torch.clamp(sizes, min=1).to(weight.dtype).unsqueeze(1)
+            output = output / torch.clamp(sizes, min=1).to(acc).unsqueeze(1)
+        output = output.to(weight.dtype)
     width = weight.shape[1]
     index_dtype = offsets.dtype
     if offsets.device.type == "cpu":

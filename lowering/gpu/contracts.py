@@ -20,7 +20,7 @@ _GPU_HOST_OPS = frozenset({
 })
 # Dialects of kernel bodies at `gpu`/`plan` (upstream convert-gpu-to-nvvm lowers them all).
 _KERNEL_DIALECTS = frozenset({"gpu", "arith", "math", "memref", "scf", "cf", "index",
-                              "vector"})
+                              "vector", "complex"})
 # Dialects of kernel bodies at `nvvm`: everything else must have been converted.
 _NVVM_DIALECTS = frozenset({"llvm", "nvvm"})
 # memref.atomic_rmw kinds MemRefToLLVM lowers to one llvm.atomicrmw (others, e.g. mulf/

@@ -101,6 +101,8 @@ def _pipeline(verify: bool) -> str:
         "convert-math-to-llvm,convert-math-to-libm,convert-arith-to-llvm,convert-cf-to-llvm,"
         # Bare pointers, descriptors rebuilt from the types: the kernels' ABI on the GPU.
         "convert-func-to-llvm{use-bare-ptr-memref-call-conv=1},convert-index-to-llvm,"
+        # Parts of complex buffers (re, im, create) -> LLVM structs, as for the PTX.
+        "convert-complex-to-llvm,"
         "reconcile-unrealized-casts)"
     )
 

@@ -112,9 +112,7 @@ def memref_nbytes(t: ir.Type) -> int:
     mt = ir.MemRefType(t)
     if not mt.has_static_shape:
         raise GpuLoweringError(f"dynamic shape {mt} in the launch plan (static shapes only)")
-    width = mt.element_type.width if hasattr(mt.element_type, "width") else 64
-    # i1 and other sub-byte types are stored one per byte (LLVM's memref lowering).
-    return math.prod(mt.shape) * max(1, (width + 7) // 8)
+    return math.prod(mt.shape) * element_bytes(mt.element_type)
 
 
 def _static_offset(t: ir.Type) -> int:
@@ -150,7 +148,14 @@ def span_bytes(t: ir.Type) -> int:
 
 
 def _elem_bytes(t: ir.Type) -> int:
-    e = ir.MemRefType(t).element_type
+    return element_bytes(ir.MemRefType(t).element_type)
+
+
+def element_bytes(e: ir.Type) -> int:
+    """Bytes per element of a memref with element type `e` (index: 64 bits)."""
+    if isinstance(e, ir.ComplexType):  # complex<fN>: two parts, real first
+        return 2 * element_bytes(ir.ComplexType(e).element_type)
+    # i1 and other sub-byte types are stored one per byte (LLVM's memref lowering).
     return max(1, (getattr(e, "width", 64) + 7) // 8)
 
 

@@ -57,7 +57,7 @@ from mlir.dialects import arith, gpu, scf
 
 from .ir import GpuLoweringError, cidx, gpu_modules, host_func
 from .kernels.reductions import split_reductions
-from .kernels.host_loops import parallelize_host_loops
+from .kernels.host_loops import parallelize_host_loops, parallelize_overwrites, serial_kernels
 from .kernels.matmul import tile_matmuls
 from .kernels.mma import align_fragment_memory, tile_mma_matmuls
 from .kernels.row_fusion import fuse_row_runs
@@ -117,7 +117,10 @@ LOOPS_PIPELINE = (
     "builtin.module(func.func("
     # Parallel iterators -> scf.parallel, reduction iterators -> scf.for inside it.
     # No canonicalize here: it would inline the one-iteration scf.parallel wrappers.
-    "convert-linalg-to-parallel-loops))"
+    "convert-linalg-to-parallel-loops,"
+    # Complex arithmetic (mul, abs, exp...) -> arith/math on the parts; the nvvm stage
+    # lowers what stays (re, im, create, constant) to LLVM structs.
+    "convert-complex-to-standard))"
 )
 
 GPU_PIPELINE = (
@@ -153,6 +156,8 @@ NVVM_PIPELINE = (
     "convert-scf-to-cf,"
     # gpu/arith/math/memref/cf -> NVVM + LLVM; bare pointers: kernels take T* arguments.
     "convert-gpu-to-nvvm{{use-bare-ptr-memref-call-conv=1}},"
+    # Parts of complex buffers (re, im, create) -> LLVM structs {re, im}.
+    "convert-complex-to-llvm,"
     # Drop casts left between the partial conversions.
     "reconcile-unrealized-casts,"
     "canonicalize, cse))"
@@ -364,9 +369,13 @@ def _sinkable(op) -> bool:
     """Host ops a kernel may recompute itself: scalar reads of a buffer (scalar graph
     inputs are 0-d f64 buffers) and side-effect-free scalar arith on them."""
     name = op.name
-    if name == "memref.load":
+    if name == "memref.load" or name in _COMPLEX_SCALARS:
         return True
     return name.startswith("arith.") and name != "arith.constant" and not op.regions
+
+
+# Complex scalars on the host (a complex fill value: complex.create of two constants).
+_COMPLEX_SCALARS = {"complex.create", "complex.constant", "complex.re", "complex.im"}
 
 
 def _sink_scalar_reads(loop) -> None:
@@ -492,6 +501,10 @@ def to_gpu(module: ir.Module, options=None) -> ir.Module:
         _run(module, LOOPS_PIPELINE)
         # TMTensor scans/scatters: serial host loops with an independent dim.
         parallelize_host_loops(host_func(module))
+        # Overwriting scatters: two passes that keep the last write.
+        parallelize_overwrites(host_func(module))
+        # The rest (products): one thread, in order, where small.
+        serial_kernels(host_func(module))
         _map_host_loops(module, opts)
         _run(module, GPU_PIPELINE)
         align_fragment_memory(module)

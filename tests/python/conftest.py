@@ -81,11 +81,7 @@ def target_name() -> str:
 # right), and the no-fallback checks accept exactly these; any other fallback fails.
 EXPECTED_FALLBACKS = {
     "cpu": {},
-    "cuda": {
-        # An overwriting TMTensor scatter is one serial loop of updates, which the gpu
-        # stage leaves on the host (lowering/gpu/kernels/host_loops.py).
-        "aten::scatter": "TMTensor scatter: a sequential host loop",
-    },
+    "cuda": {},
 }
 
 

@@ -23,23 +23,35 @@ allocation or argument the nest does not write. Loops carrying values (`iter_arg
 not moved; anything else is left as it was (and still falls back).
 
 A scatter that accumulates (`scatter_add`, `index_put(accumulate=True)`, `index_add`,
-embedding's backward) reads, adds to and writes back the element its index names:
-`B[idx] = B[idx] + u`. Its loop over updates is not independent (two updates may name
-one element), but the updates commute, so when that read-add-write is a buffer's only
-access in the nest it becomes one `memref.atomic_rmw` (f32/f64/i32/i64 add: the kinds
-and widths every sm_70+ GPU does natively) and the loop runs in parallel. Float sums then
+embedding's backward, `scatter_reduce` with amax/amin) reads, combines and writes back
+the element its index names: `B[idx] = B[idx] + u`. Its loop over updates is not
+independent (two updates may name one element), but the updates commute, so when that
+read-combine-write is a buffer's only access in the nest it becomes one
+`memref.atomic_rmw` (f32/f64/i32/i64 add, max, min: adds native on every sm_70+ GPU,
+float max/min CAS loops in the NVPTX backend) and the loop runs in parallel. Float sums then
 depend on the order the updates land in, as with CUDA eager's atomics.
 
 A scatter that overwrites with one update per loop iteration and no other loop
-(`scatter(dim, index, src)` as tm-tensor-to-loops writes it) has no independent loop and
-stays serial (it falls back to eager): running its updates unordered gave wrong
-gradients in a cross-entropy backward on the emulator driver, for a cause not yet found.
+(`scatter(dim, index, src)` as tm-tensor-to-loops writes it) has no independent loop:
+two updates may name one element, and the serial loop (eager's CPU scatter) leaves the
+later one there. Run unordered, either could land. Such a nest (a perfect chain of
+loops whose body stores once, into a buffer the nest does not read) becomes two
+parallel passes over the iterations, in one thread each, with a scratch buffer of the
+output's shape holding, per element, the number of the last iteration that writes it:
+the first pass computes each iteration's target and takes `atomic max` of its iteration
+number there (the scratch starts at -1, a memset); the second stores the update of the
+iteration that won, alone. The result is the serial one, duplicates included, and does
+not depend on the order threads run in.
+
+What is still serial after that (a scatter that multiplies, which has no atomic) runs
+as one thread, in order, if it is small (MAX_SERIAL_ITERATIONS); larger ones stay on
+the host and fall back.
 """
 
 from __future__ import annotations
 
 from mlir import ir
-from mlir.dialects import arith, memref, scf
+from mlir.dialects import arith, gpu, memref, scf
 
 # Ops a nest may contain to be analysed (anything else: left alone).
 _ALLOWED_PREFIXES = ("arith.", "math.")
@@ -63,8 +75,14 @@ def _ops(op):
 # View ops a read-only buffer may come through (they alias their source).
 _VIEWS = {"memref.expand_shape", "memref.collapse_shape", "memref.subview", "memref.cast",
           "memref.reinterpret_cast"}
-# Accumulations that become atomics: the add op -> the atomic kind.
-_ATOMIC_ADDS = {"arith.addf": arith.AtomicRMWKind.addf, "arith.addi": arith.AtomicRMWKind.addi}
+# Accumulations that become atomics: the combining op -> the atomic kind (adds, and the
+# max/min of scatter_reduce's amax/amin, exact in any order; products have no atomic).
+_ATOMIC_COMBINES = {
+    "arith.addf": arith.AtomicRMWKind.addf, "arith.addi": arith.AtomicRMWKind.addi,
+    "arith.maximumf": arith.AtomicRMWKind.maximumf,
+    "arith.minimumf": arith.AtomicRMWKind.minimumf,
+    "arith.maxsi": arith.AtomicRMWKind.maxs, "arith.minsi": arith.AtomicRMWKind.mins,
+}
 _ATOMIC_TYPES = {"f32", "f64", "i32", "i64"}
 
 
@@ -122,7 +140,7 @@ def _accumulation(uses):
             any(a != b for a, b in zip(load_idx, store_idx)):
         return None
     add = store.operands[0].owner
-    if isinstance(add, ir.Block) or add.operation.name not in _ATOMIC_ADDS:
+    if isinstance(add, ir.Block) or add.operation.name not in _ATOMIC_COMBINES:
         return None
     loaded = load.results[0]
     operands = list(add.operation.operands)
@@ -130,7 +148,7 @@ def _accumulation(uses):
             len(list(add.operation.results[0].uses)) != 1:
         return None
     addend = operands[1] if operands[0] == loaded else operands[0]
-    return store, add.operation, addend, _ATOMIC_ADDS[add.operation.name]
+    return store, add.operation, addend, _ATOMIC_COMBINES[add.operation.name]
 
 
 def _to_atomic(buffer, uses, accumulation) -> None:
@@ -248,5 +266,159 @@ def parallelize_host_loops(host) -> int:
         for buffer in atomics:
             _to_atomic(buffer, accesses[buffer], accumulations[buffer])
         _parallel_around(nest, loop)
+        changed += 1
+    return changed
+
+
+# --------------------------------------------------------------------------------------
+# Overwriting scatters: last write wins, in two parallel passes.
+
+
+def _const(value) -> int | None:
+    owner = value.owner
+    if isinstance(owner, ir.Block) or owner.operation.name != "arith.constant":
+        return None
+    return ir.IntegerAttr(owner.operation.attributes["value"]).value
+
+
+def _overwrite(nest, accesses):
+    """(chain, [(lb, step, trips)], store op) when `nest` is a perfect chain of loops with
+    constant bounds whose innermost body stores once, into a buffer the nest does not
+    read (nothing else is written), else None."""
+    chain = _chain(nest)
+    bounds = []
+    for loop in chain:
+        if len(loop.results):
+            return None
+        lb, ub, step = (_const(v) for v in loop.operands[:3])
+        if None in (lb, ub, step) or step <= 0:
+            return None
+        bounds.append((lb, step, max(0, -(-(ub - lb) // step))))
+    stores = [(b, op) for b, uses in accesses.items() for _, is_store, op in uses if is_store]
+    if len(stores) != 1:
+        return None
+    buffer, store = stores[0]
+    if len(accesses[buffer]) != 1 or store.parent != chain[-1] or \
+            not ir.MemRefType(buffer.type).has_static_shape:
+        return None
+    return chain, bounds, store
+
+
+def _parallel_copy(nest, chain, bounds):
+    """A copy of `nest` as one scf.parallel over all its loops, right before it: returns
+    (the copy's store op, its iteration number as an `index` value)."""
+    index = ir.IndexType.get()
+    copy = nest.clone(ip=ir.InsertionPoint(nest))
+    loops = _chain(copy)
+    with ir.InsertionPoint(copy), copy.location:
+        parallel = scf.ParallelOp([], [l.operands[0] for l in loops],
+                                  [l.operands[1] for l in loops],
+                                  [l.operands[2] for l in loops], [])
+        body = parallel.regions[0].blocks.append(*([index] * len(loops)))
+        with ir.InsertionPoint(body):
+            scf.ReduceOp([], 0)
+    terminator = body.operations[0]
+    with ir.InsertionPoint(terminator), copy.location:
+        number = None
+        for iv, (lb, step, trips) in zip(body.arguments, bounds):
+            k = arith.SubIOp(iv, _index(lb)).result if lb else iv
+            k = arith.DivUIOp(k, _index(step)).result if step != 1 else k
+            number = k if number is None else \
+                arith.AddIOp(arith.MulIOp(number, _index(trips)).result, k).result
+    for loop, iv in zip(loops, body.arguments):
+        loop.regions[0].blocks[0].arguments[0].replace_all_uses_with(iv)
+    for op in list(loops[-1].regions[0].blocks[0].operations)[:-1]:  # all but scf.yield
+        op.move_before(terminator)
+    store = next(op for op in _ops(parallel.operation) if op.name == "memref.store")
+    copy.erase()
+    return store, number
+
+
+def _index(n: int):
+    return arith.ConstantOp(ir.IndexType.get(), n).result
+
+
+def _last_write_wins(nest, chain, bounds, store) -> None:
+    """Replace the overwriting nest by its two parallel passes (module docstring)."""
+    total = 1
+    for _, _, trips in bounds:
+        total *= trips
+    key = ir.IntegerType.get_signless(32 if total < 2**31 else 64)
+    shape = ir.MemRefType(store.operands[1].type).shape
+    with ir.InsertionPoint(nest), nest.location:
+        winners = memref.AllocOp(ir.MemRefType.get(shape, key), [], []).result
+        gpu.MemsetOp(None, [], winners, arith.ConstantOp(key, -1).result)
+    claim, number = _parallel_copy(nest, chain, bounds)
+    with ir.InsertionPoint(claim), claim.location:
+        mine = arith.IndexCastOp(key, number).result
+        memref.AtomicRMWOp(arith.AtomicRMWKind.maxs, mine, winners, list(claim.operands[2:]))
+    claim.erase()
+    write, number = _parallel_copy(nest, chain, bounds)
+    with ir.InsertionPoint(write), write.location:
+        mine = arith.IndexCastOp(key, number).result
+        won = memref.LoadOp(winners, list(write.operands[2:])).result
+        guard = scf.IfOp(arith.CmpIOp(arith.CmpIPredicate.eq, won, mine).result)
+        with ir.InsertionPoint(guard.then_block):
+            scf.YieldOp([])
+    write.move_before(guard.then_block.operations[0])
+    nest.erase()
+
+
+def parallelize_overwrites(host) -> int:
+    """Each top-level scf.for nest of `host` that overwrites one buffer at computed
+    indices (an overwriting scatter) becomes the two passes that keep the last write
+    (module docstring); returns how many. Run after parallelize_host_loops, which takes
+    the nests that have an independent loop."""
+    changed = 0
+    for op in list(host.regions[0].blocks[0].operations):
+        nest = op.operation
+        if nest.name != "scf.for" or len(nest.results):
+            continue
+        accesses = _accesses(nest)
+        found = _overwrite(nest, accesses) if accesses is not None else None
+        if found is None:
+            continue
+        _last_write_wins(nest, *found)
+        changed += 1
+    return changed
+
+
+# --------------------------------------------------------------------------------------
+# Whatever stays serial: one thread.
+
+# Iterations above which a serial nest is left on the host (it then falls back): one GPU
+# thread runs ~1e8 simple iterations a second at best, eager's CPU loop far more.
+MAX_SERIAL_ITERATIONS = 1 << 16
+
+
+def serial_kernels(host) -> int:
+    """Each top-level scf.for nest of `host` still serial after the rewrites above (a
+    scatter that multiplies: `scatter_reduce(reduce="prod")`) becomes a kernel of one
+    thread that runs it in order, when it is a perfect chain of constant-bound loops of
+    at most MAX_SERIAL_ITERATIONS iterations over plain loads, stores and arithmetic;
+    returns how many."""
+    changed = 0
+    for op in list(host.regions[0].blocks[0].operations):
+        nest = op.operation
+        if nest.name != "scf.for" or len(nest.results) or _accesses(nest) is None:
+            continue
+        chain = _chain(nest)
+        if any(o.name == "scf.for" for o in _ops(chain[-1])):
+            continue
+        iterations = 1
+        for loop in chain:
+            lb, ub, step = (_const(v) for v in loop.operands[:3])
+            if None in (lb, ub, step) or step <= 0 or len(loop.results):
+                iterations = None
+                break
+            iterations *= max(0, -(-(ub - lb) // step))
+        if iterations is None or iterations > MAX_SERIAL_ITERATIONS:
+            continue
+        with ir.InsertionPoint(nest), nest.location:
+            parallel = scf.ParallelOp([], [_index(0)], [_index(1)], [_index(1)], [])
+            body = parallel.regions[0].blocks.append(ir.IndexType.get())
+            with ir.InsertionPoint(body):
+                scf.ReduceOp([], 0)
+        nest.move_before(body.operations[0])
         changed += 1
     return changed

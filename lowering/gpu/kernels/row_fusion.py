@@ -18,8 +18,8 @@ thread. The ops run in program order inside the kernel:
   with warp shuffles (warp_reduce.block_allreduce: a xor butterfly per warp, one
   top-level `gpu.barrier` and one shared word per warp in its own buffer, the warp
   partials combined by shuffles in every warp), so every thread holds the total; it
-  combines the initial value (the constant fill), and thread 0 stores it if the buffer
-  is used after the run.
+  combines the initial value (the constant fill, or the output's value read by every
+  thread before a barrier), and thread 0 stores it if the buffer is used after the run.
 
 Each input row is read from global memory once and each output written once.
 Intermediate buffers used only inside the run are never written, and their
@@ -510,7 +510,14 @@ class _Emitter:
         if root in self.scal:  # an earlier reduction of the run wrote it
             return self.scal[root]
         pivs = _delinearize(self.row, g.extents[:-1])
-        return memref.LoadOp(g.op.outputs[0], _indices(_maps(g.op)[-1], pivs + [cidx(0)])).result
+        value = memref.LoadOp(g.op.outputs[0],
+                              _indices(_maps(g.op)[-1], pivs + [cidx(0)])).result
+        # Every thread reads the initial value before thread 0 may store the total over
+        # it (_store_scalar): without the barrier a thread of a later warp (or of the
+        # emulator, which runs a block's threads one after another) read the total and
+        # counted it twice (a log_softmax backward's row sum, its fill far before).
+        gpu.BarrierOp()
+        return value
 
     def _store_scalar(self, g, final) -> None:
         """Thread 0 writes the row's scalar to the output, seen after the run."""

@@ -80,6 +80,30 @@ CASES = {
     "scatter_add": (lambda x, i, s: x.scatter_add(1, i, s),
                     lambda: (torch.randn(8, 21), torch.randint(0, 21, (8, 5)),
                              torch.randn(8, 5)), "randn"),
+    # An overwriting scatter with repeated indices (400 updates into 20 elements): two
+    # passes, the last update in order wins (lowering/gpu/kernels/host_loops.py).
+    "scatter_overwrite": (lambda x, i, s: x.scatter(0, i, s),
+                          lambda: (torch.randn(4, 5), torch.randint(0, 4, (80, 5)),
+                                   torch.randn(80, 5)), "randn"),
+    # Cross-entropy's gradient in one graph: the log_softmax backward's row sum is one
+    # fused row kernel whose output was filled far before it (read by every thread,
+    # then stored by thread 0: a barrier between, lowering/gpu/kernels/row_fusion.py).
+    "cross_entropy_grad": (lambda x, t: torch.autograd.grad(
+                               F.cross_entropy(x.requires_grad_(), t), x)[0],
+                           lambda: (torch.randn(2, 64), torch.randint(0, 64, (2,))), "randn"),
+    # scatter_reduce: amax by atomic max (any order, exact), prod by one thread in order.
+    "scatter_reduce": (lambda x, i, s: (x.scatter_reduce(1, i, s, "amax"),
+                                        x.scatter_reduce(1, i, s, "prod")),
+                       lambda: (torch.randn(6, 5), torch.randint(0, 5, (6, 9)),
+                                torch.randn(6, 9)), "randn"),
+    # Complex arithmetic in kernels (parts through the complex dialect; a complex fill
+    # value made on the host and sunk into the kernel for the matmul).
+    "complex_ops": (lambda a, b: (a * b + a, (a.exp() * 2).abs(), a @ b),
+                    lambda: (torch.randn(3, 3, dtype=torch.complex64),
+                             torch.randn(3, 3, dtype=torch.complex64)), "randn"),
+    # FFTs as DFT matmuls on (real, imaginary) parts (lowering/front/fft.py).
+    "fft": (lambda x: (torch.fft.rfft(x), torch.fft.ifft(x)), lambda: (torch.randn(4, 6),),
+            "randn"),
     "mlp_step": (mlp_step, lambda: (torch.randn(8, 16), torch.randn(8, 4), torch.randn(32, 16),
                                      torch.randn(32), torch.randn(4, 32), torch.randn(4)),
                  "randn"),

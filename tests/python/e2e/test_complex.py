@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import DEVICE, assert_no_fallback, target_name
+from conftest import DEVICE, assert_no_fallback
 
 import lazymlir
 import lazymlir.dynamo  # noqa: F401  registers backend="lazymlir" in a source checkout
@@ -25,8 +25,6 @@ def arithmetic(a, b, r):
 # graph (~10 s); the other two pairs take the same routes.
 @pytest.mark.parametrize("dtype,compiled", [(torch.complex128, False), (torch.complex64, True)])
 def test_complex_arithmetic_compiles(dtype, compiled):
-    if target_name() != "cpu":
-        pytest.skip("the gpu stages do not lower complex values yet")
     g = torch.Generator().manual_seed(0)
     a, b = (torch.randn(3, 3, dtype=dtype, generator=g) for _ in range(2))
     r = torch.randn(3, 3, dtype=a.real.dtype, generator=g)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import DEVICE, assert_no_fallback, target_name
+from conftest import DEVICE, assert_no_fallback
 
 import lazymlir
 import lazymlir.dynamo  # noqa: F401  registers backend="lazymlir" in a source checkout
@@ -24,8 +24,6 @@ def transforms(x, c):
 # float64 here, through torch.compile, checks the DFT matmuls to rounding.
 @pytest.mark.parametrize("compiled", [True])
 def test_fft_compiles(compiled):
-    if target_name() != "cpu":
-        pytest.skip("the gpu stages do not lower complex values yet")
     g = torch.Generator().manual_seed(0)
     x = torch.randn(4, 6, dtype=torch.float64, generator=g)
     c = torch.randn(4, 5, dtype=torch.complex128, generator=g)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -88,7 +89,7 @@ def _inputs(graph: dict, how: str, seed: int) -> tuple[list, list]:
     tensors = []
     for meta in graph["inputs"]:
         dtype = fx_graph.dtype_from_name(meta["dtype"])
-        if dtype.is_floating_point:
+        if dtype.is_floating_point or dtype.is_complex:
             t = torch.randn(meta["shape"], generator=gen, dtype=dtype)
             if how == "with_nan":  # a NaN in every third row, at a different column each
                 rows = t.view(-1, t.shape[-1])
@@ -132,7 +133,7 @@ def assert_matches(got: list, want: list, what: str) -> float:
     for i, (g, w) in enumerate(zip(got, want)):
         w = w.to(g.dtype) if w.dtype == torch.bool else w
         assert g.shape == w.shape and g.dtype == w.dtype, f"{what} output {i}"
-        if g.dtype.is_floating_point:
+        if g.dtype.is_floating_point or g.dtype.is_complex:
             assert not (torch.isnan(g) & ~torch.isnan(w)).any(), f"{what} output {i}: NaN"
             label = f"{what} output {i}"
             torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4, equal_nan=True,
@@ -161,7 +162,7 @@ def test_case_matches_eager(name, runtime, traced):
 
 
 @pytest.mark.parametrize("name", ["sum_all", "max_min", "softmax", "prod_all", "slice_cols",
-                                  "cumsum_cols", "scatter_add"])
+                                  "cumsum_cols", "scatter_add", "scatter_overwrite"])
 def test_block_order_does_not_matter(name, runtime, traced):
     """Blocks run last to first: same results (the atomics are order independent up
     to float rounding)."""
@@ -224,6 +225,24 @@ def test_ptx_has_16_byte_accesses(traced):
     assert vec.count("ld.global.v4.b32") == 3 and vec.count("st.global.v4.b32") == 1, vec
     scalar = _ptx(traced["slice_cols_64"][0])
     assert ".v4" not in scalar and "ld.global.b32" in scalar, scalar
+
+
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas not on PATH")
+@pytest.mark.parametrize("name", ["scatter_overwrite", "complex_ops"])
+def test_ptxas_accepts_scatters_and_complex(name, traced, tmp_path):
+    """The last-write-wins scatter (an i32 `atom.max`) and complex parts as LLVM structs
+    make PTX that ptxas assembles."""
+    text = stages.run_stages(traced[name][0], stages.Options(target="cuda"), start="fx",
+                             stop="ptx").text
+    modules = [data.decode() for _, data, _ in gpu_stages.kernel_objects(text)]
+    if name == "scatter_overwrite":
+        assert any(".max.s32" in ptx and "atom." in ptx for ptx in modules), modules
+    for k, ptx in enumerate(modules):
+        src = tmp_path / f"k{k}.ptx"
+        src.write_text(ptx)
+        done = subprocess.run(["ptxas", "-arch=sm_90", str(src), "-o", str(tmp_path / "k.o")],
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
 
 
 def test_missing_write_shows_as_nan(runtime):

@@ -189,12 +189,12 @@ def test_scalar_args_text():
 
 
 HOST_LOOP = """
-func.func @main(%arg0: memref<4xf32>, %arg1: memref<4xf32>) {
+func.func @main(%arg0: memref<131072xf32>, %arg1: memref<4xf32>) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
-  %c4 = arith.constant 4 : index
-  scf.for %i = %c0 to %c4 step %c1 {
-    %v = memref.load %arg0[%i] : memref<4xf32>
+  %cn = arith.constant 131072 : index
+  scf.for %i = %c0 to %cn step %c1 {
+    %v = memref.load %arg0[%i] : memref<131072xf32>
     %p = memref.load %arg1[%c0] : memref<4xf32>
     %m = arith.mulf %p, %v : f32
     memref.store %m, %arg1[%c0] : memref<4xf32>
@@ -204,7 +204,8 @@ func.func @main(%arg0: memref<4xf32>, %arg1: memref<4xf32>) {
 """
 # (every iteration multiplies element 0 by one input: a running product, which no loop
 # can run in parallel and no atomic takes, unlike the nests
-# lowering/gpu/kernels/host_loops.py turns into kernels)
+# lowering/gpu/kernels/host_loops.py turns into kernels; one thread would run a short one
+# in order, this one is longer than host_loops.MAX_SERIAL_ITERATIONS)
 
 
 def test_host_only_ops_error():
