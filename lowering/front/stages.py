@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from . import (as_strided, complex_ops, empty_results, fx_graph, numerics, symbolic, tmtensor,
-               unused_results)
+from . import (as_strided, complex_ops, empty_results, fx_graph, negative_dims, numerics,
+               symbolic, tmtensor, unused_results)
 from ..bufferize import graph_inputs
 from ..mlir_runner import TORCH_MLIR, print_module, run_pipeline
 
@@ -47,6 +47,7 @@ def import_fx(fx_text: str):
     if symbolic.is_dynamic(graph):  # views between symbolic shapes (symbolic.py)
         gm = symbolic.reshape_through_flat(gm)
     gm = numerics.apply(gm)
+    negative_dims.normalize(gm)  # scatter(-1, ...) crashed torch-mlir (negative_dims.py)
     # Complex arithmetic torch-mlir cannot lower, on real pairs (complex_ops.py).
     gm = complex_ops.apply(gm)
     # as_strided as a gather by computed indices, not constant ones (as_strided.py).

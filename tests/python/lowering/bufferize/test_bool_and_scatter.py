@@ -134,6 +134,19 @@ def test_tmtensor_ops_match_eager(fn, inputs):
     assert_no_fallback()
 
 
+def test_scatters_along_negative_dims_and_one_hot():
+    """A negative dim crashed torch-mlir's scatter lowering (SIGSEGV in `linalg`), so every
+    F.one_hot ran with eager fallback (lowering/front/negative_dims.py)."""
+    i = torch.tensor([[0], [3], [1], [4]])
+
+    def fn(x, i, s):
+        return (x.scatter(-1, i, 1.0), x.scatter(-2, i % 4, s), x.scatter_add(-1, i, s),
+                x.scatter_reduce(-1, i, s, "amax"), F.one_hot(i[:, 0], 5))
+    compare_with_eager(fn, r(4, 5), i, r(4, 1, seed=1))
+    assert_no_fallback()
+    assert lazymlir.metrics.counter("CompilerCrash") == 0
+
+
 def test_transformer_encoder_layer_fwd_bwd():
     """Self-attention with a causal mask: i1 masks in forward and backward."""
     def run(x, device):
