@@ -75,7 +75,26 @@ def hardsigmoid_backward(grad_output, self):
     return aten.where.ScalarOther(inside, aten.mul.Scalar(grad_output, _ONE_SIXTH_F32), 0.0)
 
 
+def scatter_reduce_legacy(self, dim, index, src, reduce):
+    """`scatter(..., reduce="add"|"multiply")`, the deprecated form torch-mlir does not
+    lower (its `linalg` stage fails), as the `scatter_add` / `scatter_reduce("prod")` that
+    eager's kernel computes: every update combined into `self`, included."""
+    if reduce == "add":
+        return aten.scatter_add.default(self, dim, index, src)
+    if reduce == "multiply":
+        return aten.scatter_reduce.two(self, dim, index, src, "prod", include_self=True)
+    raise RuntimeError("reduce argument must be either add or multiply.")  # eager's words
+
+
+def scatter_value_reduce_legacy(self, dim, index, value, reduce):
+    """`scatter(..., value, reduce=...)`: the same with `value` in every updated place."""
+    src = aten.full.default(list(index.shape), value, dtype=self.dtype, device=self.device)
+    return scatter_reduce_legacy(self, dim, index, src, reduce)
+
+
 TABLE = {
+    aten.scatter.reduce: scatter_reduce_legacy,
+    aten.scatter.value_reduce: scatter_value_reduce_legacy,
     aten._weight_norm_interface_backward.default: weight_norm_interface_backward,
     aten.hardsigmoid_backward.default: hardsigmoid_backward,
     aten._amp_foreach_non_finite_check_and_unscale.default: amp_non_finite_check_and_unscale,

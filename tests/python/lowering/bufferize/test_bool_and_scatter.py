@@ -136,12 +136,15 @@ def test_tmtensor_ops_match_eager(fn, inputs):
 
 def test_scatters_along_negative_dims_and_one_hot():
     """A negative dim crashed torch-mlir's scatter lowering (SIGSEGV in `linalg`), so every
-    F.one_hot ran with eager fallback (lowering/front/negative_dims.py)."""
+    F.one_hot ran with eager fallback (lowering/front/negative_dims.py); `reduce=` is
+    decomposed (lowering/front/decompositions.py)."""
     i = torch.tensor([[0], [3], [1], [4]])
 
     def fn(x, i, s):
         return (x.scatter(-1, i, 1.0), x.scatter(-2, i % 4, s), x.scatter_add(-1, i, s),
-                x.scatter_reduce(-1, i, s, "amax"), F.one_hot(i[:, 0], 5))
+                x.scatter_reduce(-1, i, s, "amax"), F.one_hot(i[:, 0], 5),
+                # the deprecated reduce= forms (their torch-mlir lowering fails)
+                x.scatter(-1, i, s, reduce="add"), x.scatter(0, i % 4, 2.5, reduce="multiply"))
     compare_with_eager(fn, r(4, 5), i, r(4, 1, seed=1))
     assert_no_fallback()
     assert lazymlir.metrics.counter("CompilerCrash") == 0
