@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from . import (as_strided, complex_ops, empty_results, fx_graph, negative_dims, numerics,
-               symbolic, tmtensor, unused_results)
+from . import (as_strided, complex_ops, empty_results, fx_graph, negative_dims,
+               number_operands, numerics, symbolic, tmtensor, unused_results)
 from ..bufferize import graph_inputs
 from ..mlir_runner import TORCH_MLIR, print_module, run_pipeline
 
@@ -48,6 +48,7 @@ def import_fx(fx_text: str):
         gm = symbolic.reshape_through_flat(gm)
     gm = numerics.apply(gm)
     negative_dims.normalize(gm)  # scatter(-1, ...) crashed torch-mlir (negative_dims.py)
+    number_operands.rewrite(gm)  # sub(2, t) does not import (number_operands.py)
     # Complex arithmetic torch-mlir cannot lower, on real pairs (complex_ops.py).
     gm = complex_ops.apply(gm)
     # as_strided as a gather by computed indices, not constant ones (as_strided.py).

@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 import torch
-from conftest import DEVICE, assert_same, compare_with_eager
+from conftest import DEVICE, assert_no_fallback, assert_same, compare_with_eager
 
 import lazymlir.dynamo  # noqa: F401  registers backend="lazymlir" in a source checkout
 
@@ -30,7 +30,8 @@ def test_arange_out_keeps_the_shape_of_out(no_fallback):
 
 
 def test_linspace_and_logspace_with_tensor_ends():
-    # Values only: their decomposition's float `sub` still falls back (torch-mlir import).
+    # Their decomposition's `sub(end, ...)` with a float `end` did not import and ran
+    # with eager fallback (lowering/front/number_operands.py).
     def fn(device):
         start = torch.tensor(0.5, device=device)
         end = torch.tensor(2.0, device=device)
@@ -39,6 +40,7 @@ def test_linspace_and_logspace_with_tensor_ends():
 
     expected = fn("cpu")
     assert_same([t.cpu() for t in fn(DEVICE)], expected)
+    assert_no_fallback()
 
 
 def test_complex128_casts():
