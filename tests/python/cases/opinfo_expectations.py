@@ -229,14 +229,6 @@ FALLBACK: dict[str, set[str]] = {
         'norm/nuc:float32',
         'svd:float32',
     },
-    'falls back: aten::scatter': {
-        'nn.functional.one_hot:int64',
-        'scatter:bfloat16',
-        'scatter:bool',
-        'scatter:float16',
-        'scatter:float32',
-        'scatter:int64',
-    },
     'falls back: aten::segment_reduce': {
         '_segment_reduce/lengths:bfloat16',
         '_segment_reduce/lengths:float16',
@@ -426,13 +418,6 @@ FALLBACK: dict[str, set[str]] = {
         'roll:float16',
         'roll:float32',
         'roll:int64',
-    },
-    'falls back: aten::scatter_add': {
-        'scatter_add:bfloat16',
-        'scatter_add:bool',
-        'scatter_add:float16',
-        'scatter_add:float32',
-        'scatter_add:int64',
     },
     'falls back: aten::special_i0e': {
         'special.i0e:bfloat16',
@@ -787,10 +772,6 @@ FALLBACK: dict[str, set[str]] = {
     'falls back: aten::linalg_qr': {
         'linalg.qr:float32',
         'qr:float32',
-    },
-    'falls back: aten::sub': {
-        'nn.functional.multi_margin_loss:float32',
-        'nn.functional.multilabel_margin_loss:float32',
     },
     'falls back: aten::_batch_norm_with_update_functional': {
         '_batch_norm_with_update:float32',
