@@ -500,7 +500,7 @@ class _Worker:
 # run in CI too. A share (a, b) takes the ops whose crc32("name/variant") % b < a: fixed,
 # and not by name or speed.
 CI_LOWERING_SHARE = (1, 2)
-CI_OTHER_SHARE = (1, 25)
+CI_OTHER_SHARE = (1, 50)
 # How the recorded table was made, beyond the last full --write, for
 # docs/opinfo-coverage.md (by hand: clear it after a full --write).
 SWEEP_NOTES = (
