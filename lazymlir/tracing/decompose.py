@@ -9,6 +9,13 @@ runs once per signature while a template of the nodes it recorded is captured;
 later calls replay the template (a Node and a LazyValue per piece). A call that
 syncs, runs an op eagerly, uploads a constant or rebinds a tensor from outside
 is not captured: it runs every time.
+
+A decomposition marked shape-generic (batch norm's: DenseNet calls it with a
+different channel count at every layer) also replays a template captured at other
+sizes: when two captures differ only by sizes substituted for sizes (every 24 in
+the first is 32 in the second, nothing else differs), the first is replayed for
+later calls with the sizes substituted, instead of running the decomposition
+(~25 ms of Python reference code and meta kernels) once per size.
 """
 
 from __future__ import annotations
@@ -18,7 +25,8 @@ import torch
 from ..lowering.front import decompositions
 from .recording import KWARGS_SEPARATOR, record
 from .trace_state import state
-from .values import LazyTensor, LazyValue, Node, node_seq_mark, signature, static_token
+from .values import (LazyTensor, LazyValue, Node, meta_like, node_seq_mark, signature,
+                     static_token)
 
 aten = torch.ops.aten
 
@@ -63,9 +71,18 @@ class _Ref:
         self.i = i
 
 
+# Decompositions whose templates replay at other sizes (`_SizeFamilies`): ones whose
+# recorded ops depend on sizes only through their shapes, called at many sizes.
+SHAPE_GENERIC = {
+    aten._native_batch_norm_legit_functional.default,
+    aten.native_batch_norm_backward.default,
+}
+
+
 def decomposer(func, decomposition):
     """The route of `func`, an op that `decomposition` decomposes."""
     templates: dict = {}
+    families = _SizeFamilies() if func in SHAPE_GENERIC else None
 
     def run(f, args, kwargs):
         out = decomposition(*args, **kwargs)
@@ -96,6 +113,13 @@ def decomposer(func, decomposition):
             return run(f, args, kwargs)
         if template is not None:
             return _replay(template, inputs)
+        if families is not None:
+            template = families.substitute(args, kwargs, inputs)
+            if template is not None:
+                if len(templates) >= _TEMPLATE_LIMIT:
+                    templates.clear()
+                templates[key] = template
+                return _replay(template, inputs)
         start = node_seq_mark()
         impure = state.impure
         state.capture_start = start
@@ -109,6 +133,8 @@ def decomposer(func, decomposition):
                 if len(templates) >= _TEMPLATE_LIMIT:
                     templates.clear()
                 templates[key] = template
+                if families is not None:
+                    families.add(args, kwargs, inputs, template)
         return out
 
     return decompose
@@ -135,6 +161,136 @@ def _template_key(x, key: list, inputs: list) -> None:
     else:
         key.append(t)
         key.append(x)
+
+
+class _SizeFamilies:
+    """The templates of one shape-generic decomposition, grouped by everything in their
+    key but the sizes of their tensor arguments (the ranks and dtypes stay).
+
+    A template replays at other sizes when its family has shown it to: a later capture
+    equal to it with some sizes substituted (every occurrence of size a, in the
+    arguments' shapes, the recorded nodes' shapes and their integer arguments, becomes
+    b) marks those positions of the arguments' shapes as free. Sizes 0 and 1 are never
+    substituted (broadcasting and empty tensors take other paths), nor a size that also
+    appears at an unchanged position (it could not be told apart)."""
+
+    _LIMIT = 8  # templates kept per family (a decomposition whose sizes show in floats)
+
+    def __init__(self):
+        self.families: dict = {}
+
+    @staticmethod
+    def _family(args, kwargs, inputs) -> tuple:
+        key: list = []
+        _family_key(args, key)
+        if kwargs:
+            key.append(KWARGS_SEPARATOR)
+            for k, v in kwargs.items():
+                key.append(k)
+                _family_key(v, key)
+        first: dict = {}
+        key.append(tuple(first.setdefault(id(v), n) for n, v in enumerate(inputs)))
+        return tuple(key)
+
+    def substitute(self, args, kwargs, inputs):
+        """A template for these sizes from one captured at others, or None."""
+        shapes = [tuple(v.meta.shape) for v in inputs]
+        for entry in self.families.get(self._family(args, kwargs, inputs), ()):
+            old_shapes, template, free = entry
+            found = _size_map(old_shapes, shapes)
+            if found is not None and found[1] in free:
+                return _substituted(template, found[0])
+        return None
+
+    def add(self, args, kwargs, inputs, template) -> None:
+        entries = self.families.setdefault(self._family(args, kwargs, inputs), [])
+        shapes = [tuple(v.meta.shape) for v in inputs]
+        canonical = _canonical(template)
+        for old_shapes, old, free in entries:
+            found = _size_map(old_shapes, shapes)
+            if found is not None and _canonical(_substituted(old, found[0])) == canonical:
+                free.add(found[1])
+        if len(entries) >= self._LIMIT:
+            entries.pop(0)
+        entries.append((shapes, template, set()))
+
+
+def _family_key(x, key: list) -> None:
+    """`_template_key` with a tensor's sizes left out (its rank and dtype kept)."""
+    t = type(x)
+    if t is LazyTensor:
+        key.append((x._lazy.meta.dim(), x._lazy.meta.dtype))
+    elif t is float:
+        key.append(float)
+        key.append(x.hex())
+    elif t is list or t is tuple:
+        key.append(t)
+        key.append(len(x))
+        for v in x:
+            _family_key(v, key)
+    else:
+        key.append(t)
+        key.append(x)
+
+
+def _size_map(old_shapes: list, new_shapes: list):
+    """({old size: new size}, the changed positions) if `new_shapes` is `old_shapes` with
+    sizes substituted as `_SizeFamilies` allows, else None."""
+    mapping: dict = {}
+    kept: set = set()
+    changed = []
+    for i, (old, new) in enumerate(zip(old_shapes, new_shapes)):
+        for d, (a, b) in enumerate(zip(old, new)):
+            if a == b:
+                kept.add(a)
+                continue
+            if a <= 1 or b <= 1 or mapping.setdefault(a, b) != b:
+                return None
+            changed.append((i, d))
+    if not mapping or kept & mapping.keys():
+        return None
+    return mapping, tuple(changed)
+
+
+def _substituted(template, mapping: dict):
+    """`template` with every size and integer argument `a` in `mapping` replaced by
+    mapping[a] (the output metas made again at the new shapes)."""
+    def ints(x):
+        t = type(x)
+        if t is int:
+            return mapping.get(x, x)
+        if t is list or t is tuple:
+            return t(ints(v) for v in x)
+        return x  # a _Ref, float, bool, dtype...
+
+    steps, out = template
+    new_steps = []
+    for op, args, kwargs, metas, _sigs, _token in steps:
+        metas = [None if m is None else meta_like(ints(tuple(m.shape)), m.dtype)
+                 for m in metas]
+        # A new static token: the node's text (graph.py's graph_key) has the new sizes.
+        new_steps.append((op, ints(args), {k: ints(v) for k, v in kwargs.items()}, metas,
+                          [None if m is None else signature(m.shape, m.dtype)
+                           for m in metas], static_token()))
+    return new_steps, ints(out)
+
+
+def _canonical(template) -> tuple:
+    """A template as comparable values (references by position, metas by shape/dtype)."""
+    def plain(x):
+        t = type(x)
+        if t is _Ref:
+            return (_Ref, x.i)
+        if t is list or t is tuple:
+            return (t, tuple(plain(v) for v in x))
+        if t is float:
+            return (float, x.hex())
+        return (t, x)
+
+    steps, out = template
+    return (tuple((op, plain(args), tuple((k, plain(v)) for k, v in kwargs.items()),
+                   tuple(None if m is None else (tuple(m.shape), m.dtype) for m in metas))
+                  for op, args, kwargs, metas, _sigs, _token in steps), plain(out))
 
 
 def _capture(start: int, inputs: list, out):

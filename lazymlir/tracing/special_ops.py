@@ -11,6 +11,8 @@ mutations a lazy value cannot express. `SPECIAL` maps each op to its function.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from ..support.errors import UnsupportedOperationError
@@ -128,6 +130,12 @@ def _batch_norm(input, weight, bias, running_mean, running_var, training, moment
     return out, mean, rstd
 
 
+@functools.cache
+def _batch_norm_training():
+    func = aten._native_batch_norm_legit_functional.default
+    return decompose.decomposer(func, decompose.table()[func])
+
+
 def _batch_norm_functional(input, weight, bias, running_mean, running_var, training,
                            momentum, eps):
     """Functionalization's form of _native_batch_norm_legit: in eval mode PyTorch's
@@ -135,8 +143,8 @@ def _batch_norm_functional(input, weight, bias, running_mean, running_var, train
     the reference, so ours are empty too. Training mode is decomposed as usual."""
     func = aten._native_batch_norm_legit_functional.default
     args = (input, weight, bias, running_mean, running_var, training, momentum, eps)
-    if training:
-        return decompose.table()[func](*args)
+    if training:  # through the templates: DenseNet calls it at ~100 channel counts a step
+        return _batch_norm_training()(func, args, {})
     out, empty, _ = _batch_norm(*args)
     return out, empty, LazyTensor(empty._lazy), running_mean, running_var
 

@@ -37,6 +37,8 @@ TAG = "lazymlir.outline"
 NOALIAS = "lazymlir.noalias_args"
 # Below this many top-level nests the whole function is small: nothing to gain.
 MIN_NESTS = 8
+# Nests outlined per transform script (outline_loop_nests says why not all at once).
+BATCH = 64
 # The loops outlined: sequential nests, and parallel ones before they become OpenMP
 # regions (lowering/cpu/parallel.py).
 NEST_OPS = ("scf.for", "scf.forall")
@@ -55,24 +57,35 @@ def outline_loop_nests(module: ir.Module) -> int:
                  if op.operation.name in NEST_OPS]
         if len(nests) < MIN_NESTS:
             continue
+        _constants_per_nest(func, nests)
         for nest in nests:
             nest.operation.attributes[TAG] = ir.IntegerAttr.get(
-                ir.IntegerType.get_signless(64), len(tagged))
+                ir.IntegerType.get_signless(64), len(tagged) // BATCH)
             tagged.append(f"{name}$nest{len(tagged)}")
     if not tagged:
         return 0
-    body = "".join(
-        f"    %l{i} = transform.structured.match attributes{{{TAG} = {i} : i64}} in %root "
-        f": (!transform.any_op) -> !transform.any_op\n"
-        f"    %f{i}, %c{i} = transform.loop.outline %l{i} {{func_name = \"{name}\"}} "
-        f": (!transform.any_op) -> (!transform.any_op, !transform.any_op)\n"
-        for i, name in enumerate(tagged))
-    script = ir.Module.parse(
-        "module attributes {transform.with_named_sequence} {\n"
-        "  transform.named_sequence @__transform_main("
-        "%root: !transform.any_op {transform.readonly}) {\n" + body +
-        "    transform.yield\n  }\n}\n")
-    interpreter.apply_named_sequence(module.operation, script.body.operations[0], script)
+    # The nests are outlined BATCH at a time, each batch by one match of its tag split
+    # into a handle per nest (they come in the order they were tagged: the walk's).
+    # Linear in the nests: a match per nest walks the whole module, and the interpreter
+    # checks every live handle when one is consumed (both quadratic: minutes for the
+    # thousands of nests of a DenseNet-121 training step).
+    for first in range(0, len(tagged), BATCH):
+        names = tagged[first:first + BATCH]
+        body = (
+            f"    %all = transform.structured.match attributes{{{TAG} = {first // BATCH} : i64}}"
+            f" in %root : (!transform.any_op) -> !transform.any_op\n"
+            f"    {', '.join(f'%l{i}' for i in range(len(names)))} = transform.split_handle "
+            f"%all : (!transform.any_op) -> ({', '.join(['!transform.any_op'] * len(names))})\n"
+            + "".join(
+                f"    %f{i}, %c{i} = transform.loop.outline %l{i} {{func_name = \"{name}\"}} "
+                f": (!transform.any_op) -> (!transform.any_op, !transform.any_op)\n"
+                for i, name in enumerate(names)))
+        script = ir.Module.parse(
+            "module attributes {transform.with_named_sequence} {\n"
+            "  transform.named_sequence @__transform_main("
+            "%root: !transform.any_op {transform.readonly}) {\n" + body +
+            "    transform.yield\n  }\n}\n")
+        interpreter.apply_named_sequence(module.operation, script.body.operations[0], script)
     outlined = set(tagged)
     functions = {}
     for func in module.body.operations:
@@ -87,6 +100,31 @@ def outline_loop_nests(module: ir.Module) -> int:
     _constants_into_callees(module, functions)
     _merge_identical(module, functions)
     return len(tagged)
+
+
+def _constants_per_nest(func, nests: list) -> None:
+    """Each nest gets its own copies of the function's constants it uses (placed right
+    before it). The outliner replaces the uses of every value a nest captures by going
+    through all of that value's uses: with `%c0` used by thousands of nests, outlining
+    them all was quadratic (most of a DenseNet-121 step's loops stage). The copies are
+    constants passed to one call each (`_constants_into_callees` moves them into the
+    callee); canonicalize/cse merges what stays in the caller."""
+    body = func.regions[0].blocks[0]
+    for nest in nests:
+        copies: dict = {}
+        for op in walk(nest.operation):
+            operands = op.operands
+            for index, value in enumerate(operands):
+                producer = value.owner
+                if isinstance(producer, ir.Block):
+                    continue
+                producer = getattr(producer, "operation", producer)
+                if producer.name != "arith.constant" or producer.block != body:
+                    continue
+                copy = copies.get(producer)
+                if copy is None:
+                    copy = copies[producer] = producer.clone(ip=ir.InsertionPoint(nest))
+                operands[index] = copy.results[0]
 
 
 _OUTLINE_TAG = re.compile(TAG.replace(".", r"\.") + r" = \d+ : i64")

@@ -170,3 +170,38 @@ def test_trace_time_is_recorded():
         x = x * 1.5
     tracer.flush_trace_time()
     assert lazymlir.metrics.timers()["TraceTime"]["total_s"] > 0
+
+
+def test_batch_norm_at_many_channel_counts_replays_a_template_and_matches_eager(monkeypatch):
+    """Training-mode batch norm (decomposed, forward and backward) at one channel count per
+    layer, as in DenseNet: the decomposition runs for a count equal to another size (5 =
+    the height: not substituted) and the next two; the last replays a template with the
+    sizes substituted. Values, gradients and running statistics as eager."""
+    from torch._decomp import decompositions
+
+    runs = []
+    helper = decompositions.native_batch_norm_helper
+
+    def counting(*args, **kwargs):
+        runs.append(args[0].shape[1])
+        return helper(*args, **kwargs)
+
+    monkeypatch.setattr(decompositions, "native_batch_norm_helper", counting)
+    torch.manual_seed(0)
+    channels = (5, 4, 6, 7)
+    xs = [torch.randn(2, c, 5, 3) for c in channels]
+    eager = [nn.BatchNorm2d(c) for c in channels]
+    lazy = [nn.BatchNorm2d(c).to(DEVICE) for c in channels]
+    results = []
+    for bns, device in ((eager, "cpu"), (lazy, DEVICE)):
+        inputs = [x.to(device).detach().requires_grad_() for x in xs]
+        loss = sum((bn(x) * x).sum() for bn, x in zip(bns, inputs))
+        loss.backward()
+        if device == DEVICE:
+            lazymlir.mark_step()  # one graph for all the values read below
+        results.append([t.detach().cpu() for bn, x in zip(bns, inputs)
+                        for t in (x.grad, bn.weight.grad, bn.running_mean, bn.running_var)])
+    for got, expected in zip(*reversed(results)):
+        torch.testing.assert_close(got, expected)
+    assert sorted(set(runs)) == [4, 5, 6], runs  # 7: a substituted template
+    assert_no_fallback()
