@@ -25,7 +25,8 @@ def _planned(dynamic_sizes: bool) -> tuple[str | None, list]:
     with context:
         context.allow_unregistered_dialects = True
         module = ir.Module.parse(_MODULE)
-        script = schedule.build_script(module, dynamic_sizes=dynamic_sizes)
+        scripts = schedule.build_script(module, dynamic_sizes=dynamic_sizes)
+        script = None if scripts is None else "\n".join(scripts)
         tagged = [op for op in walk(module.operation) if schedule.TAG in op.attributes]
         # (op, the op holding it, whether it is a copy under a parallel test)
         return script, [(op.name, op.parent.name, dynamic.PARALLEL_CHOICE in op.attributes)
