@@ -157,7 +157,10 @@ def check_autograd_queues(device: str) -> None:
     """
     leaf = torch.zeros((), device=device, requires_grad=True)
     try:
-        torch.autograd.grad(leaf * 1, leaf)
+        # clone: its meta kernel is C++. `leaf * 1`'s is a Python reference, whose
+        # first call imports torch._dynamo (~1.2 s of every `import lazymlir`: each
+        # compile worker, subprocess and lazymlir-opt run).
+        torch.autograd.grad(leaf.clone(), leaf)
     except RuntimeError as error:
         if "device_ready_queues_" not in str(error):
             raise

@@ -28,7 +28,6 @@ from typing import Any
 
 import torch
 import torch.fx
-from torch._dynamo.source import ConstantSource
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
 
@@ -71,6 +70,11 @@ class SymbolicGraph:
     """The SymInts of one document's symbols, and the FX nodes that compute sizes."""
 
     def __init__(self, graph: dict, fake_mode):
+        # Imported here, not at the top: importing torch._dynamo takes ~1.8 s, which
+        # every `import lazymlir` (each compile worker, each lazymlir-opt run) paid for
+        # the graphs with symbolic sizes only this class builds.
+        from torch._dynamo.source import ConstantSource
+
         self.sources = graph["symbols"]
         self.shape_env = fake_mode.shape_env
         self.values: dict[str, torch.SymInt] = {}
