@@ -94,13 +94,7 @@ def decomposer(func, decomposition):
         # The default dtype: a decomposition may read it (factories without a dtype).
         key, inputs = [torch.get_default_dtype()], []
         try:
-            for a in args:
-                _template_key(a, key, inputs)
-            if kwargs:
-                key.append(KWARGS_SEPARATOR)
-                for k, v in kwargs.items():
-                    key.append(k)
-                    _template_key(v, key, inputs)
+            _arguments_key(args, kwargs, key, inputs)
             if len({id(v) for v in inputs}) != len(inputs):
                 # One value in two argument places (AdamW's addcmul(v, grad, grad)): the
                 # template ties them together, so it serves only calls that repeat
@@ -140,13 +134,25 @@ def decomposer(func, decomposition):
     return decompose
 
 
-def _template_key(x, key: list, inputs: list) -> None:
+def _arguments_key(args, kwargs, key: list, inputs: list, sizes: bool = True) -> None:
+    """`_template_key` of a call's positional and keyword arguments."""
+    for a in args:
+        _template_key(a, key, inputs, sizes)
+    if kwargs:
+        key.append(KWARGS_SEPARATOR)
+        for k, v in kwargs.items():
+            key.append(k)
+            _template_key(v, key, inputs, sizes)
+
+
+def _template_key(x, key: list, inputs: list, sizes: bool = True) -> None:
     """Like the shape-cache key, but every scalar by value (floats by their exact bits:
-    -0.0 == 0.0 in Python); collects the LazyValues in order."""
+    -0.0 == 0.0 in Python); collects the LazyValues in order. Without `sizes`, a
+    tensor's sizes are left out (its rank and dtype kept): `_SizeFamilies`' key."""
     t = type(x)
     if t is LazyTensor:
         value = x._lazy
-        key.append(value.sig)
+        key.append(value.sig if sizes else (value.meta.dim(), value.meta.dtype))
         inputs.append(value)
     elif t is float:
         key.append(float)
@@ -155,7 +161,7 @@ def _template_key(x, key: list, inputs: list) -> None:
         key.append(t)
         key.append(len(x))
         for v in x:
-            _template_key(v, key, inputs)
+            _template_key(v, key, inputs, sizes)
     elif isinstance(x, torch.Tensor):
         raise _NoTemplate  # a host tensor: its values would be baked in
     else:
@@ -182,12 +188,7 @@ class _SizeFamilies:
     @staticmethod
     def _family(args, kwargs, inputs) -> tuple:
         key: list = []
-        _family_key(args, key)
-        if kwargs:
-            key.append(KWARGS_SEPARATOR)
-            for k, v in kwargs.items():
-                key.append(k)
-                _family_key(v, key)
+        _arguments_key(args, kwargs, key, [], sizes=False)
         first: dict = {}
         key.append(tuple(first.setdefault(id(v), n) for n, v in enumerate(inputs)))
         return tuple(key)
@@ -213,24 +214,6 @@ class _SizeFamilies:
         if len(entries) >= self._LIMIT:
             entries.pop(0)
         entries.append((shapes, template, set()))
-
-
-def _family_key(x, key: list) -> None:
-    """`_template_key` with a tensor's sizes left out (its rank and dtype kept)."""
-    t = type(x)
-    if t is LazyTensor:
-        key.append((x._lazy.meta.dim(), x._lazy.meta.dtype))
-    elif t is float:
-        key.append(float)
-        key.append(x.hex())
-    elif t is list or t is tuple:
-        key.append(t)
-        key.append(len(x))
-        for v in x:
-            _family_key(v, key)
-    else:
-        key.append(t)
-        key.append(x)
 
 
 def _size_map(old_shapes: list, new_shapes: list):
