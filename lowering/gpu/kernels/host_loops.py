@@ -245,18 +245,25 @@ def _plan(nest, accesses, accumulations):
     return None
 
 
-def parallelize_host_loops(host) -> int:
-    """Each top-level scf.for nest of `host` with an independent loop becomes an
-    scf.parallel over it (in place), its accumulations atomics where that is what makes
-    a loop independent; returns how many."""
-    changed = 0
+def _top_level_nests(host):
+    """(nest, its buffer accesses) for each top-level scf.for nest of `host` that yields
+    nothing and whose accesses are known; taken from a snapshot of the block, so a nest
+    may be replaced while the caller iterates."""
     for op in list(host.regions[0].blocks[0].operations):
         nest = op.operation
         if nest.name != "scf.for" or len(nest.results):
             continue
         accesses = _accesses(nest)
-        if accesses is None:
-            continue
+        if accesses is not None:
+            yield nest, accesses
+
+
+def parallelize_host_loops(host) -> int:
+    """Each top-level scf.for nest of `host` with an independent loop becomes an
+    scf.parallel over it (in place), its accumulations atomics where that is what makes
+    a loop independent; returns how many."""
+    changed = 0
+    for nest, accesses in _top_level_nests(host):
         accumulations = {b: acc for b, uses in accesses.items()
                          if (acc := _accumulation(uses)) is not None}
         plan = _plan(nest, accesses, accumulations)
@@ -370,12 +377,8 @@ def parallelize_overwrites(host) -> int:
     (module docstring); returns how many. Run after parallelize_host_loops, which takes
     the nests that have an independent loop."""
     changed = 0
-    for op in list(host.regions[0].blocks[0].operations):
-        nest = op.operation
-        if nest.name != "scf.for" or len(nest.results):
-            continue
-        accesses = _accesses(nest)
-        found = _overwrite(nest, accesses) if accesses is not None else None
+    for nest, accesses in _top_level_nests(host):
+        found = _overwrite(nest, accesses)
         if found is None:
             continue
         _last_write_wins(nest, *found)
@@ -398,10 +401,7 @@ def serial_kernels(host) -> int:
     at most MAX_SERIAL_ITERATIONS iterations over plain loads, stores and arithmetic;
     returns how many."""
     changed = 0
-    for op in list(host.regions[0].blocks[0].operations):
-        nest = op.operation
-        if nest.name != "scf.for" or len(nest.results) or _accesses(nest) is None:
-            continue
+    for nest, _ in _top_level_nests(host):
         chain = _chain(nest)
         if any(o.name == "scf.for" for o in _ops(chain[-1])):
             continue
