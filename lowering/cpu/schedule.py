@@ -190,11 +190,7 @@ def _contraction_plan(op, index: int) -> Plan | None:
         pm, pn = _parallel_tiles(m, n, cm, cn, rm, rn, nbatch)
         parallel = nbatch * (m // pm) * (n // pn) >= 2
     if parallel:
-        outer_par = batch + [pm, pn, 0]
-        script += (
-            f"    %p{index}, %pl{index} = transform.structured.tile_using_forall {h} "
-            f"tile_sizes {outer_par} : (!transform.any_op) -> (!transform.any_op, "
-            "!transform.any_op)\n")
+        script += _parallel_cache_tiles(index, h, batch + [pm, pn, 0])
         h = f"%p{index}"
         outer = [0] * len(batch) + [0, 0, ck]
     else:
@@ -203,11 +199,9 @@ def _contraction_plan(op, index: int) -> Plan | None:
     loops = len(inner)
     outer_loops = sum(1 for t in outer if t)
     handles = ", ".join(["!transform.any_op"] * (loops + 1))
-    outer_handles = ", ".join(["!transform.any_op"] * (outer_loops + 1))
     script += (
-        f"    %c{index}, %cl{index}:{outer_loops} = transform.structured.tile_using_for {h} "
-        f"tile_sizes {outer} : (!transform.any_op) -> ({outer_handles})\n"
-        f"    %r{index}, %rl{index}:{loops} = transform.structured.tile_using_for %c{index} "
+        _cache_tiles(index, h, outer, outer_loops)
+        + f"    %r{index}, %rl{index}:{loops} = transform.structured.tile_using_for %c{index} "
         f"tile_sizes {inner} : (!transform.any_op) -> ({handles})\n"
         f"    transform.structured.vectorize %r{index} : !transform.any_op\n"
         # Subviews -> offsets in the transfers, so the hoisting below sees the
@@ -254,10 +248,7 @@ def _dynamic_contraction_plan(op, index: int, name: str) -> Plan | None:
     if choice:
         nbatch = sizes[0] if batch and sizes[0] else 1
         pm, pn = _parallel_tiles(m or cm, n or cn, cm, cn, rm, rn, nbatch)
-        script += (
-            f"    %p{index}, %pl{index} = transform.structured.tile_using_forall {h} "
-            f"tile_sizes {batch + [pm, pn, 0]} : (!transform.any_op) -> (!transform.any_op, "
-            "!transform.any_op)\n")
+        script += _parallel_cache_tiles(index, h, batch + [pm, pn, 0])
         h = f"%p{index}"
         outer = [0] * len(batch) + [0, 0, ck]
         n_tile = pn
@@ -265,10 +256,7 @@ def _dynamic_contraction_plan(op, index: int, name: str) -> Plan | None:
         outer = batch + [cm, cn, ck]
         n_tile = cn
     outer_loops = sum(1 for t in outer if t)
-    script += (
-        f"    %c{index}, %cl{index}:{outer_loops} = transform.structured.tile_using_for {h} "
-        f"tile_sizes {outer} : (!transform.any_op) -> "
-        f"({', '.join(['!transform.any_op'] * (outer_loops + 1))})\n")
+    script += _cache_tiles(index, h, outer, outer_loops)
     # The rows a dynamic M leaves (fewer than rm) one at a time, each over a row of
     # DYNAMIC_ROW_TILE register widths of N where N allows: independent accumulators
     # to cover the FMA latency that rm rows cover in the full tiles.
@@ -282,6 +270,21 @@ def _dynamic_contraction_plan(op, index: int, name: str) -> Plan | None:
                f"    }} : !transform.any_op\n")
     return Plan(index, script, contraction=True)
 
+
+
+def _parallel_cache_tiles(index: int, handle: str, tiles: list) -> str:
+    """A matmul's (batch, M, N) cache tiles as an scf.forall (`%p{index}`): the cores
+    share them."""
+    return (f"    %p{index}, %pl{index} = transform.structured.tile_using_forall {handle} "
+            f"tile_sizes {tiles} : (!transform.any_op) -> (!transform.any_op, "
+            "!transform.any_op)\n")
+
+
+def _cache_tiles(index: int, handle: str, tiles: list, loops: int) -> str:
+    """A matmul's cache tiles (`%c{index}`), `loops` of them nonzero, as scf.for loops."""
+    return (f"    %c{index}, %cl{index}:{loops} = transform.structured.tile_using_for {handle} "
+            f"tile_sizes {tiles} : (!transform.any_op) -> "
+            f"({', '.join(['!transform.any_op'] * (loops + 1))})\n")
 
 def _parallel_tiles(m: int, n: int, cm: int, cn: int, rm: int, rn: int,
                     nbatch: int) -> tuple[int, int]:
