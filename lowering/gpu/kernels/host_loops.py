@@ -318,9 +318,9 @@ def _parallel_copy(nest, chain, bounds):
     copy = nest.clone(ip=ir.InsertionPoint(nest))
     loops = _chain(copy)
     with ir.InsertionPoint(copy), copy.location:
-        parallel = scf.ParallelOp([], [l.operands[0] for l in loops],
-                                  [l.operands[1] for l in loops],
-                                  [l.operands[2] for l in loops], [])
+        parallel = scf.ParallelOp([], [loop.operands[0] for loop in loops],
+                                  [loop.operands[1] for loop in loops],
+                                  [loop.operands[2] for loop in loops], [])
         body = parallel.regions[0].blocks.append(*([index] * len(loops)))
         with ir.InsertionPoint(body):
             scf.ReduceOp([], 0)
