@@ -29,18 +29,8 @@ def materialize(values: list[LazyValue], wait: bool = True) -> None:
     something first waits for every launched graph, so it raises theirs."""
     current = session.current()
     runner = current.runs
-    if wait and runner is not None:
-        for value in values:
-            run = value.run
-            if run is not None:
-                runner.wait_for(run)
-    try:
-        for value in values:
-            value.check()
-    except Exception as error:
-        if runner is not None:
-            runner.reported(error)
-        raise
+    if wait:
+        _await_launched(values, runner)
     pending = list({id(v): v for v in values if v.pending}.values())
     if runner is not None:
         if wait and pending:
@@ -51,8 +41,18 @@ def materialize(values: list[LazyValue], wait: bool = True) -> None:
     if not pending:
         return
     current.metrics.inc("Sync")
+    _compute(current, pending, wait)
+    if wait:
+        # Another thread's mark_step() (which takes every live pending value) may have
+        # launched some of them meanwhile (and started the execution thread, if it was
+        # the first launch): a read waits for that run, outside the lock.
+        _await_launched(values, current.runs)
+
+
+def _compute(current, pending: list[LazyValue], wait: bool) -> None:
+    """Compile and run (or, not `wait`, launch) the graph of those of `pending` still
+    pending, under the session lock."""
     with current.lock:
-        # Another thread may have materialized some of them meanwhile.
         pending = [v for v in pending if v.pending]
         if not pending:
             return
@@ -78,6 +78,23 @@ def materialize(values: list[LazyValue], wait: bool = True) -> None:
             raise
         for value, data in zip(pending, outputs):
             value.materialized(data)
+
+
+def _await_launched(values: list[LazyValue], runner) -> None:
+    """Wait for the background runs computing `values`; raise the error of one that failed
+    (reported: the next sync point does not raise it again)."""
+    if runner is not None:
+        for value in values:
+            run = value.run
+            if run is not None:
+                runner.wait_for(run)
+    try:
+        for value in values:
+            value.check()
+    except Exception as error:
+        if runner is not None:
+            runner.reported(error)
+        raise
 
 
 def _ready(value: LazyValue):

@@ -221,11 +221,14 @@ def live_tensors() -> list[LazyTensor]:
 
 
 def live_pending_values() -> list[LazyValue]:
-    seen: dict[int, LazyValue] = {}
+    seen: dict[int, tuple[int, int, LazyValue]] = {}
     for tensor in live_tensors():
         value = tensor._lazy
-        if value.pending:
-            seen.setdefault(id(value), value)
+        # One read of `node`: another thread's sync may launch the value (node -> None)
+        # between a check and a later read.
+        node = value.node
+        if node is not None:
+            seen.setdefault(id(value), (node.seq, value.index, value))
     # Trace order, not WeakSet order: the graph (and so its hash) must not
     # depend on where tensors happen to sit in memory.
-    return sorted(seen.values(), key=lambda v: (v.node.seq, v.index))
+    return [value for _, _, value in sorted(seen.values(), key=lambda e: e[:2])]

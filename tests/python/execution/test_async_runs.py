@@ -215,3 +215,26 @@ def test_runner_order_errors_and_waiting_threads_running_the_head():
     held.launch(d, job("d"), done("d"))
     held.wait_for(d)
     assert order[-1] == ("d", threading.current_thread().name) and bound["d"] == ["d"]
+
+
+def test_a_read_waits_for_a_run_another_thread_launched_under_it(background, monkeypatch):
+    """The interleaving of two training threads: a read finds its value pending, then,
+    before it takes the session lock, another thread's mark_step() launches every live
+    pending value, its own included. The read must wait for that run, not read no data."""
+    from lazymlir.tracing import materialize
+
+    real_compute = materialize._compute
+
+    def other_thread_marks_step_first(current, pending, wait):
+        if wait:
+            other = threading.Thread(target=lazymlir.mark_step)
+            other.start()
+            other.join()
+            assert all(v.run is not None or v.data is not None for v in pending)
+        return real_compute(current, pending, wait)
+
+    monkeypatch.setattr(materialize, "_compute", other_thread_marks_step_first)
+    x = torch.randn(5, 3)
+    got = (x.to(DEVICE) * 2 + 1).sum(0)
+    torch.testing.assert_close(got.cpu(), (x * 2 + 1).sum(0))
+    assert_no_fallback()
