@@ -64,7 +64,8 @@ def main(argv=None) -> int:
     before = os.getloadavg()
     rows = [(k, measure(k, args.rounds)) for k in args.only.split(",")]
     after = os.getloadavg()
-    lines = [f"# Sync side of a lazy step: graph key vs document + hash ({args.label or 'unlabeled'})",
+    label = args.label or "unlabeled"
+    lines = [f"# Sync side of a lazy step: graph key vs document + hash ({label})",
              "", f"    PYTHONPATH=. python -m benchmarks.sync_key {' '.join(sys.argv[1:])}", "",
              f"lazymlir {lazymlir.__version__}, torch {torch.__version__}; load average "
              f"{before[0]:.1f} before, {after[0]:.1f} after (2-core machine shared with other "

@@ -8,7 +8,7 @@
 
 Layers (each imports only the ones below it; CI checks this with import-linter):
 
-    device, opt, demo        user entry points
+    api, device, opt, demo   user entry points (api: what `import lazymlir` exports)
     distributed              torch.distributed on the device and in compiled graphs
     tracing                  lazy values, tracer, graph building, sync points
     execution                graph executor, graph cache, compiler driver, compile worker
@@ -17,9 +17,10 @@ Layers (each imports only the ones below it; CI checks this with import-linter):
     session, support         settings, metrics, errors
 """
 
+
 from __future__ import annotations
 
-import logging as _logging
+import sys as _sys
 from pathlib import Path as _Path
 
 # In a source checkout lowering/ and dialects/ sit beside lazymlir/ (the wheel
@@ -30,48 +31,41 @@ if not (_Path(__file__).parent / "lowering").exists():
     if (_root / "lowering" / "stages.py").exists() and str(_root) not in __path__:
         __path__.append(str(_root))
 
-from . import config, metrics, session, targets  # noqa: E402
-from .buckets import bucket, pad_to_bucket  # noqa: E402
-from .device import register as _register  # noqa: E402
-from .distributed import install as _install_distributed  # noqa: E402
-from .dlpack import from_dlpack, to_dlpack  # noqa: E402
-from .execution import diagnostics as _diagnostics  # noqa: E402
-from .execution.executor import dump_to, wait_for_compiles  # noqa: E402
-from .support.errors import (  # noqa: E402
-    CompileError,
-    CompilerCrashError,
-    ExecutionError,
-    LazyMlirError,
-    UnsupportedOperationError,
-)
-from .tracing.materialize import mark_step, wait  # noqa: E402
-
 __version__ = "0.2.0"
 
-_register()
-_install_distributed()
+
+def _process_is_the_opt_tool() -> bool:
+    """This process runs `lazymlir-opt` (its console script, or `python -m lazymlir.opt`).
+
+    The tool runs lowering stages on stage files and needs neither the device nor torch
+    (except for an fx graph, whose stage imports torch itself); registering the device
+    imports torch and the tracer, ~3 s per process, which lit pays at every RUN line."""
+    args = list(getattr(_sys, "orig_argv", ()))[1:]
+    while args and args[0].startswith("-") and args[0] not in ("-m", "-c"):
+        args = args[2:] if args[0] in ("-X", "-W") else args[1:]  # interpreter options
+    return args[:2] == ["-m", "lazymlir.opt"] or (bool(args) and
+                                                  _Path(args[0]).name == "lazymlir-opt")
 
 
-def target() -> str:
-    """The resolved compile target: 'cpu' or 'cuda'."""
-    return targets.active().name
-
-
-def debug(enable: bool = True) -> None:
-    """Log why each graph compiles (cause, hash, sizes, the sync's source line) and each
-    eager fallback with its reason, to stderr; same as LAZYMLIR_DEBUG=1."""
-    config.settings().debug = enable
-    _diagnostics.enable(enable)
-
-
-def _configure_logging() -> None:
-    level = getattr(_logging, config.settings().log_level.upper(), _logging.WARNING)
-    _logging.getLogger("lazymlir").setLevel(level)
-    if config.settings().debug:
-        _diagnostics.enable(True)
-
-
-_configure_logging()
+if not _process_is_the_opt_tool():
+    from . import config, metrics, session, targets  # noqa: E402, F401
+    from .api import (  # noqa: E402
+        CompileError,
+        CompilerCrashError,
+        ExecutionError,
+        LazyMlirError,
+        UnsupportedOperationError,
+        bucket,
+        debug,
+        dump_to,
+        from_dlpack,
+        mark_step,
+        pad_to_bucket,
+        target,
+        to_dlpack,
+        wait,
+        wait_for_compiles,
+    )
 
 __all__ = ["mark_step", "wait", "debug", "to_dlpack", "from_dlpack", "metrics", "config", "session",
            "dump_to", "wait_for_compiles", "target", "__version__", "bucket", "pad_to_bucket",

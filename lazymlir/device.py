@@ -80,9 +80,9 @@ class _DeviceModule:
     @staticmethod
     def get_amp_supported_dtype() -> list:
         """float16 and bfloat16: `torch.autocast("lazy_mlir", dtype=...)` applies the
-        policy of the target's eager backend, CPU's or CUDA's (autocast.py). PyTorch asks even for a disabled autocast: activation
-        checkpointing (of CPU tensors too, lazy_mlir being the registered accelerator)
-        builds one for the device."""
+        policy of the target's eager backend, CPU's or CUDA's (autocast.py). PyTorch asks
+        even for a disabled autocast: activation checkpointing (of CPU tensors too, lazy_mlir
+        being the registered accelerator) builds one for the device."""
         return autocast.supported_dtypes()
 
     @staticmethod

@@ -1,7 +1,7 @@
 """The one ordered registry of lowering stages, per target.
 
 Each stage is named for the IR it produces and is a documented pass pipeline
-(see front/stages.py, bufferize/stage.py, cpu/stages.py, gpu/stages.py) followed
+(see front/fx_import.py, front/stages.py, bufferize/stage.py, cpu/stages.py, gpu/stages.py) followed
 by a check of what its output may contain (its contract). The front stages and
 `bufferized` are shared; the stages after them are the target's backend's
 (backend.py), listed in the backend table below. The device compiler and `lazymlir-opt` both
@@ -60,6 +60,12 @@ def backend(target: str) -> Backend:
     return importlib.import_module(BACKENDS[target], __package__).BACKEND
 
 
+def _import_fx(text: str, options: Options):
+    # Imported on the first FX import, by name: it imports torch (~2 s), which
+    # `lazymlir-opt` on MLIR text never needs.
+    return importlib.import_module(".front.fx_import", __package__).import_fx(text)
+
+
 def _bufferize(text: str, options: Options):
     return bufferize_stage.to_bufferized(text, backend(options.target).bufferize)
 
@@ -73,7 +79,7 @@ SHARED_STAGES = (
     Stage("fx", "fx.json", None, "functional ATen graph recorded by the tracer"),
     # torch-mlir's FX importer and FakeTensor propagation report unsupported
     # types/ops as NotImplementedError.
-    Stage("torch", "mlir", lambda t, o: front_stages.import_fx(t),
+    Stage("torch", "mlir", _import_fx,
           "torch dialect as imported by torch-mlir's FxImporter", contracts.check_contract,
           errors=(PipelineFailure, NotImplementedError)),
     _shared("torch-backend", "torch backend contract: value semantics, shapes and dtypes refined",

@@ -12,7 +12,9 @@ import weakref
 
 import torch
 # Dense: a permutation of a contiguous layout (no gaps, no overlap), as PyTorch decides it.
-from torch._prims_common import is_non_overlapping_and_dense_or_false as is_non_overlapping_and_dense
+from torch._prims_common import (
+    is_non_overlapping_and_dense_or_false as is_non_overlapping_and_dense,
+)
 
 from .values import LazyValue
 

@@ -2,7 +2,7 @@
 this folder; not a test itself (lit.cfg.py excludes it)."""
 import json
 
-from lazymlir.lowering.front.stages import import_fx
+from lazymlir.lowering.front.fx_import import import_fx
 from lazymlir.lowering.mlir_runner import print_module
 
 

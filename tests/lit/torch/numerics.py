@@ -3,7 +3,7 @@
 import json
 
 from lazymlir.lowering.mlir_runner import print_module
-from lazymlir.lowering.front.stages import import_fx
+from lazymlir.lowering.front.fx_import import import_fx
 
 from fx_graphs import inp
 

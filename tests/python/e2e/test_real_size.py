@@ -50,7 +50,8 @@ def test_trains_like_eager(name, mode, largest_graph):
     model = model.double()
     x = x.double() if x.is_floating_point() else x
     assert len(list(model.parameters())) >= 140, "not the size of the real network"
-    actual, eager = train_both(model, x, y, loss_fn, OPTIMIZERS[OPTIMIZER.get(name, "sgd_momentum")],
+    optimizer = OPTIMIZERS[OPTIMIZER.get(name, "sgd_momentum")]
+    actual, eager = train_both(model, x, y, loss_fn, optimizer,
                                mode, steps=3, clip=CLIP.get(name))
     assert_same_training(actual, eager, **TOLERANCE)
     if mode == "lazy":  # a training step is one graph of all parameters, grads and state

@@ -221,7 +221,8 @@ DEEPCOPY_CHILD = textwrap.dedent("""
 
 def test_deepcopy_of_a_model_with_pending_buffers():
     # A lazy tensor's deepcopy took PyTorch's storage path and cloned a null data pointer:
-    # the process died with SIGSEGV (and so did any storage made on the device). In a subprocess, so a crash is a failure, not an abort.
+    # the process died with SIGSEGV (and so did any storage made on the device). In a
+    # subprocess, so a crash is a failure, not an abort.
     done = subprocess.run([sys.executable, "-c", DEEPCOPY_CHILD], capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0 and done.stdout.strip().endswith("OK"), \
