@@ -103,7 +103,7 @@ def main(argv=None) -> None:
     path = result_path(args.out)
     path.write_text(f"# Lazy graph phases per node, by graph size\n\n"
                     f"`PYTHONPATH=. python -m benchmarks.graph_scale --sizes {args.sizes}`; "
-                    f"torch {torch.__version__}, lazymlir {lazymlir.__name__}; "
+                    f"torch {torch.__version__}, lazymlir {lazymlir.__version__}; "
                     f"{per_block_nodes} nodes per dense block.\n\n{table}\n")
     print(f"written: {path}")
 
