@@ -2,9 +2,8 @@
 
 PyTorch's Python-backend setup (`_setup_privateuseone_for_python_backend`)
 registers a device guard whose every method calls the Python method `type_`.
-The autograd engine runs backward for our device under a stream guard for the
-device (on the calling thread from lazy roots, `run_backward_on_calling_thread`;
-on a thread of its own from CPU roots). When an op of a C++ autograd node raises there
+The autograd engine runs backward for our device on a thread of its own, under
+a stream guard for the device. When an op of a C++ autograd node raises there
 (a PyTorch kernel of an eager fallback refusing its input, a bad index), the
 engine unwinds with the Python error still pending; the stream guard's
 destructor calls the guard's `exchangeStream`, which calls into Python, fails,
