@@ -421,4 +421,3 @@ def register() -> None:
     dlpack.install()
     _registered = True
     device_guard.check_autograd_queues(NAME)
-    device_guard.run_backward_on_calling_thread(NAME)

@@ -166,27 +166,10 @@ def check_autograd_queues(device: str) -> None:
             raise
         log.info("the autograd engine started before %s was registered: backward "
                  "runs on the calling thread", device)
-        run_backward_on_calling_thread(device, every_backward=True)
+        original = torch.autograd._engine_run_backward
 
-
-def run_backward_on_calling_thread(device: str, every_backward: bool = False) -> None:
-    """Backward from roots on `device` runs on the thread that called it (every
-    backward with `every_backward`), as CPU's does, not on the engine's device thread.
-
-    Why: the device thread is a hand-off per `backward()`: the caller wakes the device
-    thread and sleeps until it is done, two scheduler wake-ups. The traced ops cost the
-    same on either thread, but on a busy 2-core machine each wake-up can wait for a
-    core (a small MLP's traced backward: 1.68 -> 1.19 ms wall, 1.34 -> 1.20 ms CPU, at
-    load 6). PyTorch's `set_multithreading_enabled(False)` puts the graph task on the
-    calling thread's CPU ready queue. Only the roots are checked: a backward from CPU
-    roots through lazy ops keeps the device thread (no queue is missing for it)."""
-    original = torch.autograd._engine_run_backward
-
-    def run(t_outputs, *args, **kwargs):
-        if every_backward or any(isinstance(t, torch.Tensor) and t.device.type == device
-                                 for t in t_outputs):
+        def run_backward_on_calling_thread(*args, **kwargs):
             with torch.autograd.set_multithreading_enabled(False):
-                return original(t_outputs, *args, **kwargs)
-        return original(t_outputs, *args, **kwargs)
+                return original(*args, **kwargs)
 
-    torch.autograd._engine_run_backward = run
+        torch.autograd._engine_run_backward = run_backward_on_calling_thread
