@@ -4,11 +4,12 @@ engine's device thread, next to eager, in one process.
     PYTHONPATH=. python -m benchmarks.backward_thread [--only mlp,gpt] [--calls 30]
         [--label NAME]
 
-The device runs backward from `lazy_mlir` roots on the thread that called it
-(device_guard.run_backward_on_calling_thread); PyTorch's default hands it to a
-thread of its own per device. Per round, one call each of: the lazy step with
-backward on the calling thread, the same with PyTorch's own `_engine_run_backward`
-(the device thread) for that call, and eager, each on its own copy of the same
+PyTorch's autograd engine hands a non-CPU device's backward to a thread of its own
+per device (the caller wakes it and sleeps until it is done); under
+`torch.autograd.set_multithreading_enabled(False)` it runs on the calling thread, as
+CPU's does. Per round, one call each of: the lazy step with `backward()` under that
+setting (the calling thread), the same with PyTorch's default (the device thread),
+and eager, each on its own copy of the same
 initial weights, every call timed (wall and process CPU). A lazy call is `step();
 mark_step(); wait()`. `backward` is the `loss.backward()` call alone. Medians over
 the calls; ratios are medians of per-round ratios to eager. The load is printed
@@ -36,7 +37,6 @@ def measure(key: str, calls: int) -> dict:
     import lazymlir
 
     pair = TrainingPair(*training_workload(key), lazy_copies=1)
-    ours, pytorch = torch.autograd._engine_run_backward, torch.autograd.graph._engine_run_backward
     wall, cpu = time.perf_counter, time.process_time
     backward: dict[str, list[float]] = {name: [] for name in CONTENDERS}
 
@@ -48,13 +48,10 @@ def measure(key: str, calls: int) -> dict:
             x, y = pair.xl, pair.yl
         opt.zero_grad()
         loss = pair.loss_fn(model, x, y)
-        torch.autograd._engine_run_backward = pytorch if name == "device thread" else ours
-        try:
-            began = wall()
+        began = wall()
+        with torch.autograd.set_multithreading_enabled(name != "calling thread"):
             loss.backward()
-            backward[name].append(wall() - began)
-        finally:
-            torch.autograd._engine_run_backward = ours
+        backward[name].append(wall() - began)
         opt.step()
         if name != "eager":
             lazymlir.mark_step()
