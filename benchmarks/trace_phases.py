@@ -1,0 +1,103 @@
+"""A lazy training step's tracing by phase of the step, against the same Python code
+eagerly on tiny tensors (PyTorch's own per-step cost: modules, autograd, optimizer,
+dispatch, with kernels of a few nanoseconds), in one process.
+
+    PYTHONPATH=. python -m benchmarks.trace_phases [--only mlp] [--calls 200] [--label NAME]
+
+Per round, one call each of: the lazy MLP step (64x256-512-256, SGD; zero_grad,
+forward, backward and the optimizer step timed apart, then `mark_step(); wait()`),
+and the same step eagerly on a 4-8-4 MLP of batch 2 (the same modules, ops and
+optimizer). Process CPU time (every thread: the autograd engine's and the execution
+thread's included), one torch thread (two intra-op threads make a tiny eager step
+wait for each other), medians over the calls. `mark_step + wait` is the lazy step's
+sync: graph key, plan lookup, launch and the compiled code; the eager column has no
+counterpart. The ratio of a phase is how much more the lazy device's recording costs
+than eager's dispatch of the same calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+from .results_dir import report
+from .run import TrainingPair, _mse, training_workload
+
+PHASES = ("zero_grad", "forward", "backward", "optimizer step", "traced step", "mark_step + wait")
+
+
+def _step(model, opt, x, y, sync: bool) -> list[float]:
+    import lazymlir
+
+    clock = time.process_time
+    a = clock()
+    opt.zero_grad()
+    b = clock()
+    loss = _mse(model, x, y)
+    c = clock()
+    loss.backward()
+    d = clock()
+    opt.step()
+    e = clock()
+    if sync:
+        lazymlir.mark_step()
+        lazymlir.wait()
+    f = clock()
+    return [b - a, c - b, d - c, e - d, e - a, f - e]
+
+
+def measure(calls: int) -> dict:
+    pair = TrainingPair(*training_workload("mlp"))
+    torch.manual_seed(0)
+    tiny = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
+    tiny_opt = torch.optim.SGD(tiny.parameters(), lr=0.01)
+    tx, ty = torch.randn(2, 4), torch.randn(2, 4)
+    for _ in range(5):  # warm-up (the first lazy step compiles)
+        _step(pair.lazy_model, pair.lazy_opt, pair.xl, pair.yl, True)
+        _step(tiny, tiny_opt, tx, ty, False)
+    lazy, eager = [], []
+    for _ in range(calls):
+        lazy.append(_step(pair.lazy_model, pair.lazy_opt, pair.xl, pair.yl, True))
+        eager.append(_step(tiny, tiny_opt, tx, ty, False))
+    return {p: (1e6 * statistics.median(r[i] for r in lazy),
+                1e6 * statistics.median(r[i] for r in eager)) for i, p in enumerate(PHASES)}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="mlp", help="mlp (the only workload)")
+    parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--label", default=None)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("LAZYMLIR_TARGET", "cpu")
+    torch.set_num_threads(1)
+    import lazymlir
+
+    load = [os.getloadavg()]
+    r = measure(args.calls)
+    load.append(os.getloadavg())
+    lines = ["| phase of the MLP step | lazy (traced) CPU us | eager, tiny tensors CPU us | "
+             "lazy / eager |", "| --- | ---: | ---: | ---: |"]
+    for phase, (lazy, eager) in r.items():
+        ratio = f"{lazy / eager:.2f}x" if phase != "mark_step + wait" else "-"
+        lines.append(f"| {phase} | {lazy:.0f} | {eager:.0f} | {ratio} |")
+    text = "\n".join([
+        f"# Lazy step tracing by phase against eager dispatch ({args.label or 'unlabeled'})", "",
+        f"    PYTHONPATH=. python -m benchmarks.trace_phases {' '.join(sys.argv[1:])}", "",
+        f"lazymlir {lazymlir.__version__}, target {lazymlir.target()}, torch "
+        f"{torch.__version__}, 1 torch thread; load average (1, 5, 15 min) "
+        f"{', '.join(f'{v:.1f}' for v in load[0])} before, "
+        f"{', '.join(f'{v:.1f}' for v in load[1])} after, on a 2-core machine shared with "
+        f"other jobs. {args.calls} rounds of (lazy MLP step, eager tiny MLP step), process "
+        "CPU time, medians.", "", *lines])
+    report(text, args.label)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
