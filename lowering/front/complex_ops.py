@@ -4,12 +4,16 @@ An FX-level rewrite, applied before torch-mlir imports the graph (so on both ent
 points). torch-mlir lowers complex `mul`, `mm`, `view_as_real`, `view_as_complex` and
 `complex`, and the cpu stages lower the `complex` dialect they leave; its lowerings of
 `add`/`sub` (an integer multiply by alpha), `div`, `abs`, `exp`, `neg`, `angle`,
-`_conj`, `sum`, `polar` (broadcast) and casts from real fail on complex operands.
-Each of those becomes real arithmetic on `view_as_real` of its operands ([..., 2]:
-real and imaginary parts) and, for a complex result, `view_as_complex` of the pair. Division is the
-textbook formula (eager's CPU kernel scales by the larger part first), so results can
-differ from eager's in the last bits, and overflow earlier for parts above ~1e154
-(complex128) or ~1e19 (complex64).
+`_conj`, `sum`, `polar` (broadcast) and casts from real fail on complex operands, and
+it has no complex `sqrt`, `rsqrt`, `log`, `pow`, `reciprocal`, `sin`/`cos`/`sinh`/`cosh`,
+`tanh` or `sigmoid`. Each of those becomes real arithmetic on `view_as_real` of its
+operands ([..., 2]: real and imaginary parts) and, for a complex result, `view_as_complex`
+of the pair. Division is the textbook formula (eager's CPU kernel scales by the larger
+part first), so results can differ from eager's in the last bits, and overflow earlier for
+parts above ~1e154 (complex128) or ~1e19 (complex64); the same holds for |z| inside sqrt
+and log. sqrt and log take eager's side of the branch cut for -0.0 imaginary parts;
+`0 ** w` with a complex `w` is 0, where eager's C `cpow` gives NaNs for a zero with a
+-0.0 part.
 """
 
 from __future__ import annotations
@@ -109,10 +113,7 @@ def _angle(b, node):
 
 
 def _exp(b, node):
-    re, im = b.parts(node.args[0])
-    scale = b(aten.exp.default, re)
-    return b.complex(b(aten.mul.Tensor, scale, b(aten.cos.default, im)),
-                     b(aten.mul.Tensor, scale, b(aten.sin.default, im)), meta_val(node).dtype)
+    return b.complex(*_exp_parts(b, *b.parts(node.args[0])), meta_val(node).dtype)
 
 
 def _div(b, node):
@@ -133,6 +134,137 @@ def _div(b, node):
     re = b(aten.add.Tensor, b(aten.mul.Tensor, ar, br), b(aten.mul.Tensor, ai, bi))
     im = b(aten.sub.Tensor, b(aten.mul.Tensor, ai, br), b(aten.mul.Tensor, ar, bi))
     return b.complex(b(aten.div.Tensor, re, den), b(aten.div.Tensor, im, den), dtype)
+
+
+def _reciprocal_parts(b, re, im):
+    """1 / (re + i im) = (re - i im) / (re^2 + im^2), as parts."""
+    den = b(aten.add.Tensor, b(aten.mul.Tensor, re, re), b(aten.mul.Tensor, im, im))
+    return b(aten.div.Tensor, re, den), b(aten.div.Tensor, b(aten.neg.default, im), den)
+
+
+def _reciprocal(b, node):
+    return b.complex(*_reciprocal_parts(b, *b.parts(node.args[0])), meta_val(node).dtype)
+
+
+def _negative(b, x):
+    """x < 0, -0.0 included: the side of a branch cut eager takes. atan2(x, -1) is -pi
+    for -0.0 and pi for +0.0 (torch-mlir's `reciprocal`, the other way to tell them
+    apart, asserts on zeros: numerics_exact.py rewrites it before this pass runs)."""
+    return b(aten.lt.Scalar, b(aten.atan2.default, x, b(aten.full_like.default, x, -1)), 0)
+
+
+def _sqrt_parts(b, re, im):
+    """The principal square root without cancellation (Kahan): t = sqrt((|z| + |re|) / 2);
+    re >= 0: (t, im / 2t); re < 0: (|im| / 2t, +-t with im's sign, -0.0 included)."""
+    modulus = b(aten.sqrt.default, b(aten.add.Tensor, b(aten.mul.Tensor, re, re),
+                                     b(aten.mul.Tensor, im, im)))
+    t = b(aten.sqrt.default, b(aten.mul.Scalar, b(aten.add.Tensor, modulus,
+                                                   b(aten.abs.default, re)), 0.5))
+    twice = b(aten.mul.Scalar, t, 2)
+    zero = b(aten.eq.Scalar, t, 0)  # z = 0: sqrt is z itself (not 0 / 0)
+    other = b(aten.where.self, zero, im, b(aten.div.Tensor, im, twice))
+    other_abs = b(aten.where.self, zero, b(aten.abs.default, im),
+                  b(aten.div.Tensor, b(aten.abs.default, im), twice))
+    signed_t = b(aten.where.self, _negative(b, im), b(aten.neg.default, t), t)
+    left = _negative(b, re)
+    return (b(aten.where.self, left, other_abs, t), b(aten.where.self, left, signed_t, other))
+
+
+def _sqrt(b, node):
+    return b.complex(*_sqrt_parts(b, *b.parts(node.args[0])), meta_val(node).dtype)
+
+
+def _rsqrt(b, node):
+    root = _sqrt_parts(b, *b.parts(node.args[0]))
+    return b.complex(*_reciprocal_parts(b, *root), meta_val(node).dtype)
+
+
+def _log_parts(b, re, im):
+    """log z = log|z| + i arg z (log 0 = -inf + 0i, as eager)."""
+    squares = b(aten.add.Tensor, b(aten.mul.Tensor, re, re), b(aten.mul.Tensor, im, im))
+    return (b(aten.mul.Scalar, b(aten.log.default, squares), 0.5),
+            b(aten.atan2.default, im, re))
+
+
+def _log(b, node):
+    return b.complex(*_log_parts(b, *b.parts(node.args[0])), meta_val(node).dtype)
+
+
+def _exp_parts(b, re, im):
+    scale = b(aten.exp.default, re)
+    return (b(aten.mul.Tensor, scale, b(aten.cos.default, im)),
+            b(aten.mul.Tensor, scale, b(aten.sin.default, im)))
+
+
+def _pow(b, node):
+    """z ** w = exp(w log z), as libstdc++'s std::pow, which eager's CPU kernel calls: a
+    real exponent scales both parts of log z; a complex one multiplies, and 0 ** w = 0."""
+    base, exponent = node.args[0], node.args[1]
+    dtype = meta_val(node).dtype
+    if node.target == aten.pow.Scalar or not _tensor(base):
+        return None
+    lr, li = _log_parts(b, *b.parts(base))
+    if _real_number(exponent) and not isinstance(exponent, torch.fx.Node):
+        return b.complex(*_exp_parts(b, b(aten.mul.Scalar, lr, exponent),
+                                     b(aten.mul.Scalar, li, exponent)), dtype)
+    if not _tensor(exponent):
+        return None
+    wr, wi = b.parts(exponent)
+    re = b(aten.sub.Tensor, b(aten.mul.Tensor, wr, lr), b(aten.mul.Tensor, wi, li))
+    im = b(aten.add.Tensor, b(aten.mul.Tensor, wr, li), b(aten.mul.Tensor, wi, lr))
+    er, ei = _exp_parts(b, re, im)
+    br, bi = b.parts(base)
+    zero = b(aten.logical_and.default, b(aten.eq.Scalar, br, 0), b(aten.eq.Scalar, bi, 0))
+    nothing = b(aten.full_like.default, er, 0)  # not er * 0: er is NaN there
+    return b.complex(b(aten.where.self, zero, nothing, er),
+                     b(aten.where.self, zero, nothing, ei), dtype)
+
+
+def _trig(b, node):
+    """sin, cos, sinh, cosh of re + i im through real sin/cos/sinh/cosh of the parts."""
+    re, im = b.parts(node.args[0])
+    sin, cos = b(aten.sin.default, re), b(aten.cos.default, re)
+    sinh, cosh = b(aten.sinh.default, im), b(aten.cosh.default, im)
+    if node.target == aten.sin.default:    # sin re cosh im + i cos re sinh im
+        parts = (b(aten.mul.Tensor, sin, cosh), b(aten.mul.Tensor, cos, sinh))
+    elif node.target == aten.cos.default:  # cos re cosh im - i sin re sinh im
+        parts = (b(aten.mul.Tensor, cos, cosh),
+                 b(aten.neg.default, b(aten.mul.Tensor, sin, sinh)))
+    else:  # sinh z = -i sin(iz), cosh z = cos(iz): the same products with parts swapped
+        sin_i, cos_i = b(aten.sin.default, im), b(aten.cos.default, im)
+        sinh_r, cosh_r = b(aten.sinh.default, re), b(aten.cosh.default, re)
+        if node.target == aten.sinh.default:
+            parts = (b(aten.mul.Tensor, sinh_r, cos_i), b(aten.mul.Tensor, cosh_r, sin_i))
+        else:
+            parts = (b(aten.mul.Tensor, cosh_r, cos_i), b(aten.mul.Tensor, sinh_r, sin_i))
+    return b.complex(*parts, meta_val(node).dtype)
+
+
+def _tanh(b, node):
+    """Kahan's tanh: t = tan im, s = sinh re, beta = 1 + t^2, rho = sqrt(1 + s^2):
+    (beta rho s + i t) / (1 + beta s^2). Past |re| = 20 (where s^2 would overflow
+    float32 and tanh re is 1 in both float types) it is sign(re) + 0i, as C's ctanh
+    gives up to an imaginary part below 1e-17."""
+    re, im = b.parts(node.args[0])
+    t, s = b(aten.tan.default, im), b(aten.sinh.default, re)
+    beta = b(aten.add.Scalar, b(aten.mul.Tensor, t, t), 1)
+    s2 = b(aten.mul.Tensor, s, s)
+    rho = b(aten.sqrt.default, b(aten.add.Scalar, s2, 1))
+    den = b(aten.add.Scalar, b(aten.mul.Tensor, beta, s2), 1)
+    out_re = b(aten.div.Tensor, b(aten.mul.Tensor, b(aten.mul.Tensor, beta, rho), s), den)
+    out_im = b(aten.div.Tensor, t, den)
+    far = b(aten.gt.Scalar, b(aten.abs.default, re), 20)
+    return b.complex(b(aten.where.self, far, b(aten.sign.default, re), out_re),
+                     b(aten.where.self, far, b(aten.full_like.default, t, 0), out_im),
+                     meta_val(node).dtype)
+
+
+def _sigmoid(b, node):
+    """1 / (1 + exp(-z))."""
+    re, im = b.parts(node.args[0])
+    er, ei = _exp_parts(b, b(aten.neg.default, re), b(aten.neg.default, im))
+    return b.complex(*_reciprocal_parts(b, b(aten.add.Scalar, er, 1), ei),
+                     meta_val(node).dtype)
 
 
 def _mul_scalar(b, node):
@@ -199,6 +331,18 @@ _REWRITES = {
     aten.sum.dim_IntList: _sum,
     aten.sum.default: _sum,
     aten._to_copy.default: _to_copy,
+    aten.reciprocal.default: _reciprocal,
+    aten.sqrt.default: _sqrt,
+    aten.rsqrt.default: _rsqrt,
+    aten.log.default: _log,
+    aten.pow.Tensor_Scalar: _pow,
+    aten.pow.Tensor_Tensor: _pow,
+    aten.sin.default: _trig,
+    aten.cos.default: _trig,
+    aten.sinh.default: _trig,
+    aten.cosh.default: _trig,
+    aten.tanh.default: _tanh,
+    aten.sigmoid.default: _sigmoid,
 }
 
 

@@ -42,6 +42,34 @@ def test_complex_arithmetic_compiles(dtype, compiled):
     assert_no_fallback()
 
 
+def functions(z, w):
+    return (z.sqrt(), z.rsqrt(), z.log(), z ** 2.5, z ** 2, z ** w, z.reciprocal(), z.sin(),
+            z.cos(), z.sinh(), z.cosh(), z.tanh(), z.sigmoid())
+
+
+def test_complex_functions_compile_with_eagers_branch_cuts():
+    """sqrt, log, pow, trigonometric and hyperbolic functions on (re, im) pairs, with the
+    values where formulas go wrong: zeros of both signs, the negative real axis from
+    both sides (-4 + 0i and -4 - 0i: sqrt and log take eager's side of the cut), large
+    real parts (tanh), and random points."""
+    g = torch.Generator().manual_seed(0)
+    re = torch.tensor([0., 0., -0., -4., -4., 4., 0., 0., 25., -25., 1e-3])
+    im = torch.tensor([0., -0., 0., 0., -0., 0., 2., -2., 1., 2., 1e-3])
+    z = torch.cat([torch.complex(re, im), 3 * torch.randn(29, dtype=torch.complex64,
+                                                              generator=g)])
+    w = torch.randn(40, dtype=torch.complex64, generator=g)
+    # 0 ** w at a zero with a -0.0 part and a complex w: eager's cpow gives inf + nanj or
+    # nan + nanj there (C's cexp(w * clog(z))), this 0 (complex_ops.py).
+    w[1:3] = 0.5
+    expected = functions(z, w)
+    lazymlir.metrics.reset()
+    got = [x.cpu() for x in functions(z.to(DEVICE), w.to(DEVICE))]
+    for i, (x, e) in enumerate(zip(got, expected)):
+        torch.testing.assert_close(x, e, rtol=1e-5, atol=1e-5, equal_nan=True,
+                                   msg=lambda m, i=i: f"result {i}: {m}")
+    assert_no_fallback()
+
+
 class _StorageCopyTarget:
     """Holds complex buffers as their parts, as a device copy of the storage would."""
 
