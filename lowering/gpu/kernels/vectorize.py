@@ -9,7 +9,7 @@ memory instructions for the same bytes. Two parts, both needed for NVPTX to emit
    whose every access that depends on the innermost induction variable is contiguous in
    it (the last index, stride 1, 4-byte elements, other strides and the static offset
    multiples of 4, so each group of 4 starts 16 bytes apart from the buffer's base), with
-   an innermost extent divisible by 4, gets width 4. `gpu.pipeline._map_parallel_loop`
+   an innermost extent divisible by 4, gets width 4. `gpu.loop_mapping.map_host_loops`
    then gives each thread 4 consecutive elements and `vectorize_body` emits one
    `vector.load` / `vector.store` of 4 elements per contiguous access, the scalar body
    once per lane in between. (4 unrolled scalar accesses left to LLVM's load/store
