@@ -61,7 +61,9 @@ def test_outlined_and_split_module_computes_like_eager(tmp_path, monkeypatch, sp
     so = cpu_codegen.build_shared_object(text, tmp_path)
     splits = [c for c in commands if c[0].endswith("llvm-split")]
     assert len(splits) == (1 if split else 0)
-    assert sum(1 for c in commands if c[0].endswith("llc")) == (3 if split else 1)
+    llcs = [c for c in commands if c[0].endswith("llc")]
+    # Split: 3 parts of nests at -O3, and the entry (main's C interface) apart at -O0.
+    assert sorted(c[1] for c in llcs) == (["-O0", "-O3", "-O3", "-O3"] if split else ["-O3"])
     x = torch.randn(256)
     (out,) = CpuExecutable(so, [((256,), torch.float32)]).run([x])
     torch.testing.assert_close(out, x * (NESTS + 1) + sum(range(NESTS)), rtol=1e-6, atol=1e-5)
@@ -84,21 +86,33 @@ def test_split_module_keeps_helpers_defined_once_per_process(tmp_path, monkeypat
         "      %u0 = arith.addf %p0, %x0 : f32")
     assert "math.fpowi" in text
     split_inputs = []
-    real_split = cpu_codegen._split
-    def split(ll, directory):
-        parts = real_split(ll, directory)
-        split_inputs.append(ll.read_text())  # after the rewrite: what llvm-split read
-        return parts
+    real_separate = cpu_codegen._separate_entries
+    def separate(ll, directory):
+        split_inputs.append(ll.read_text())  # after the rewrite: what llvm-extract read
+        return real_separate(ll, directory)
 
-    monkeypatch.setattr(cpu_codegen, "_split", split)
+    monkeypatch.setattr(cpu_codegen, "_separate_entries", separate)
     so = cpu_codegen.build_shared_object(
         str(cpu_pipeline.to_llvm(str(cpu_pipeline.to_loops(text)))), tmp_path)
-    # What llvm-split got: the helper as an internal (one part's hidden) definition.
+    # What llvm-extract and llvm-split got: the helper as an internal (one part's hidden)
+    # definition.
     assert "define linkonce_odr" not in split_inputs[0]
     assert "define internal float @__mlir_math_fpowi_f32_i64" in split_inputs[0]
     x = torch.randn(256)
     (out,) = CpuExecutable(so, [((256,), torch.float32)]).run([x])
     torch.testing.assert_close(out, x * x + x * NESTS + sum(range(NESTS)), rtol=1e-5, atol=1e-4)
+
+
+def test_entry_is_cut_into_blocks_of_calls():
+    """The entry compiled at -O0 gets a block per ENTRY_BLOCK_CALLS calls (SelectionDAG
+    selects one block at a time): same instructions, a branch to the next block."""
+    body = "".join(f"  call void @f(i64 {i})\n" for i in range(5))
+    text = f"define void @main() {{\n{body}  %r = call i64 @g()\n  ret void\n}}\n"
+    cut = cpu_codegen._split_into_blocks(text, every=2)
+    assert cut.count("  br label %lazymlir.block") == 3
+    assert [line for line in cut.splitlines() if "lazymlir.block" not in line] == \
+        text.splitlines()
+    assert "  call void @f(i64 1)\n  br label %lazymlir.block0\nlazymlir.block0:\n" in cut
 
 
 def test_identical_nests_are_one_function(tmp_path):
