@@ -31,6 +31,7 @@ from pathlib import Path
 
 from ...support import toolchain
 from . import parallel, vector_math
+from .c_interface import PREFIX as ENTRY_PREFIX
 
 SO_NAME = "executable.so"
 # The host's target triple (Linux: the only OS the tools ship for).
@@ -146,6 +147,9 @@ def _split(module: Path, size: int, directory: Path) -> list[Path]:
 # blocks of 32 calls: 3.0 s). The code it runs is the nests; the entry's own work
 # is a few instructions per call.
 ENTRY_BLOCK_CALLS = 32
+
+# Modules of at least this much LLVM IR text have their entry compiled apart.
+ENTRY_APART_MIN_BYTES = SPLIT_MIN_BYTES
 _EXTERNAL_DEFINE = re.compile(
     r"^define (?!(?:internal|private|hidden|protected|linkonce|linkonce_odr|weak|weak_odr"
     r"|available_externally|linker_private)\b)[^@\n]*@(\"[^\"]+\"|[\w$.]+)\(", re.MULTILINE)
@@ -171,9 +175,13 @@ def _separate_entries(ll_file: Path, directory: Path) -> tuple[Path | None, Path
     large module (`llvm-extract`, which gives the local symbols each side uses of
     the other hidden external names), or (None, the module) when it is small or
     has no such function."""
-    if ll_file.stat().st_size < SPLIT_MIN_BYTES:  # (the whole module: O3 costs little)
+    if ll_file.stat().st_size < ENTRY_APART_MIN_BYTES:  # (the whole module: O3 costs little)
         return None, ll_file
-    names = [name.strip('"') for name in _EXTERNAL_DEFINE.findall(ll_file.read_text())]
+    # Only graph entries (C interfaces: lowering/cpu/c_interface.py), not other public
+    # functions (the cuda emulator's kernels, which are the code that runs).
+    names = [name for name in (found.strip('"') for found in
+                               _EXTERNAL_DEFINE.findall(ll_file.read_text()))
+             if name.startswith(ENTRY_PREFIX)]
     if not names:
         return None, ll_file
     extract = _tools()["llvm-extract"]

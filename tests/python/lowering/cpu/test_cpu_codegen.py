@@ -54,6 +54,7 @@ def test_outlined_and_split_module_computes_like_eager(tmp_path, monkeypatch, sp
     monkeypatch.setattr(cpu_codegen, "_run", lambda cmd: (commands.append(cmd), real_run(cmd)))
     if split:  # small enough to stay whole by default: force 3 parts
         monkeypatch.setattr(cpu_codegen, "SPLIT_MIN_BYTES", 1)
+        monkeypatch.setattr(cpu_codegen, "ENTRY_APART_MIN_BYTES", 1)
         monkeypatch.setattr(cpu_codegen.os, "cpu_count", lambda: 3)
     llvm = cpu_pipeline.to_llvm(str(cpu_pipeline.to_loops(_loops_module())))
     text = str(llvm)
@@ -74,6 +75,7 @@ def test_split_module_keeps_helpers_defined_once_per_process(tmp_path, monkeypat
     """convert-math-to-funcs' linkonce_odr helpers (x ** 2 with an i64 exponent) must stay
     defined in the part that uses them (else: undefined symbol when the graph loads)."""
     monkeypatch.setattr(cpu_codegen, "SPLIT_MIN_BYTES", 1)
+    monkeypatch.setattr(cpu_codegen, "ENTRY_APART_MIN_BYTES", 1)
     monkeypatch.setattr(cpu_codegen.os, "cpu_count", lambda: 3)
     # The exponent: 2 for every element, but not a constant the canonicalizer folds.
     text = _loops_module().replace(
@@ -179,6 +181,7 @@ def test_split_parts_keep_the_vector_math_variants(tmp_path, monkeypatch):
     if not expected:
         pytest.skip("this host's libm offers no AVX2 vector erff")
     monkeypatch.setattr(cpu_codegen, "SPLIT_MIN_BYTES", 1)
+    monkeypatch.setattr(cpu_codegen, "ENTRY_APART_MIN_BYTES", 1)
     monkeypatch.setattr(cpu_codegen.os, "cpu_count", lambda: 3)
     split = cpu_codegen.build_shared_object(str(cpu_pipeline.to_llvm(loops)), tmp_path / "split")
     assert _functions_calling(split, vector_erf) == expected
