@@ -13,7 +13,8 @@ import pytest
 import torch
 from conftest import target_name
 
-from lazymlir.lowering.cpu import codegen as cpu_codegen, stages as cpu_pipeline
+from lazymlir.lowering.cpu import codegen as cpu_codegen, outline as cpu_outline, \
+    stages as cpu_pipeline
 from lazymlir.targets.cpu import CpuExecutable
 
 pytestmark = pytest.mark.skipif(target_name() != "cpu", reason="CPU code generation")
@@ -115,6 +116,25 @@ def test_entry_is_cut_into_blocks_of_calls():
     assert [line for line in cut.splitlines() if "lazymlir.block" not in line] == \
         text.splitlines()
     assert "  call void @f(i64 1)\n  br label %lazymlir.block0\nlazymlir.block0:\n" in cut
+
+
+def test_entry_with_loops_stays_with_the_nests_at_o3(tmp_path, monkeypatch):
+    """Loops the outliner left in the entry (here: all of them) are the graph's work:
+    that entry is not compiled apart at -O0."""
+    commands = []
+    real_run = cpu_codegen._run
+    monkeypatch.setattr(cpu_codegen, "_run", lambda cmd: (commands.append(cmd), real_run(cmd)))
+    monkeypatch.setattr(cpu_codegen, "ENTRY_APART_MIN_BYTES", 1)
+    monkeypatch.setattr(cpu_outline, "MIN_NESTS", 10 ** 6)
+    loops = str(cpu_pipeline.to_loops(_loops_module()))
+    assert "func.func private" not in loops
+    so = cpu_codegen.build_shared_object(str(cpu_pipeline.to_llvm(loops)), tmp_path)
+    assert [c[1] for c in commands if c[0].endswith("llc")] == ["-O3"]
+    x = torch.randn(256)
+    (out,) = CpuExecutable(so, [((256,), torch.float32)]).run([x])
+    torch.testing.assert_close(out, x * (NESTS + 1) + sum(range(NESTS)), rtol=1e-6, atol=1e-5)
+    assert not cpu_codegen._has_loops("; m\ndefine void @f() {\n  br label %1\n1:\n  ret void\n}\n"
+                                      "define void @g() {\n  br label %1\n1:\n  ret void\n}\n")
 
 
 def test_identical_nests_are_one_function(tmp_path):
