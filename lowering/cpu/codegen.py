@@ -10,7 +10,8 @@ against glibc's libmvec (`-vector-library=LIBMVEC`, AVX-512/AVX2 variants)
 where the host has it; without it they stay one libm call per element.
 Large modules are split into parts (`llvm-split`; lowering/cpu/outline.py
 made each loop nest a function, identical ones once) that `opt` and `llc`
-compile in parallel processes, linked into one `.so`. Not MLIR's
+compile in parallel processes, linked into one `.so`; their graph entry, one
+long block of calls, is compiled apart at `llc -O0` (ENTRY_BLOCK_CALLS says why). Not MLIR's
 ExecutionEngine: with the LLVM 22 Python bindings its JIT produced code that
 corrupted memory at -O1/-O2 on graphs whose IR is correct
 (docs/known-issues.md); the same IR through llc is right. A `.so` is also
