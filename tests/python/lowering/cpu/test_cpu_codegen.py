@@ -13,7 +13,8 @@ import pytest
 import torch
 from conftest import target_name
 
-from lazymlir.lowering.cpu import codegen as cpu_codegen, stages as cpu_pipeline
+from lazymlir.lowering.cpu import codegen as cpu_codegen, outline as cpu_outline, \
+    stages as cpu_pipeline
 from lazymlir.targets.cpu import CpuExecutable
 
 pytestmark = pytest.mark.skipif(target_name() != "cpu", reason="CPU code generation")
@@ -54,6 +55,7 @@ def test_outlined_and_split_module_computes_like_eager(tmp_path, monkeypatch, sp
     monkeypatch.setattr(cpu_codegen, "_run", lambda cmd: (commands.append(cmd), real_run(cmd)))
     if split:  # small enough to stay whole by default: force 3 parts
         monkeypatch.setattr(cpu_codegen, "SPLIT_MIN_BYTES", 1)
+        monkeypatch.setattr(cpu_codegen, "ENTRY_APART_MIN_BYTES", 1)
         monkeypatch.setattr(cpu_codegen.os, "cpu_count", lambda: 3)
     llvm = cpu_pipeline.to_llvm(str(cpu_pipeline.to_loops(_loops_module())))
     text = str(llvm)
@@ -61,7 +63,9 @@ def test_outlined_and_split_module_computes_like_eager(tmp_path, monkeypatch, sp
     so = cpu_codegen.build_shared_object(text, tmp_path)
     splits = [c for c in commands if c[0].endswith("llvm-split")]
     assert len(splits) == (1 if split else 0)
-    assert sum(1 for c in commands if c[0].endswith("llc")) == (3 if split else 1)
+    llcs = [c for c in commands if c[0].endswith("llc")]
+    # Split: 3 parts of nests at -O3, and the entry (main's C interface) apart at -O0.
+    assert sorted(c[1] for c in llcs) == (["-O0", "-O3", "-O3", "-O3"] if split else ["-O3"])
     x = torch.randn(256)
     (out,) = CpuExecutable(so, [((256,), torch.float32)]).run([x])
     torch.testing.assert_close(out, x * (NESTS + 1) + sum(range(NESTS)), rtol=1e-6, atol=1e-5)
@@ -72,6 +76,7 @@ def test_split_module_keeps_helpers_defined_once_per_process(tmp_path, monkeypat
     """convert-math-to-funcs' linkonce_odr helpers (x ** 2 with an i64 exponent) must stay
     defined in the part that uses them (else: undefined symbol when the graph loads)."""
     monkeypatch.setattr(cpu_codegen, "SPLIT_MIN_BYTES", 1)
+    monkeypatch.setattr(cpu_codegen, "ENTRY_APART_MIN_BYTES", 1)
     monkeypatch.setattr(cpu_codegen.os, "cpu_count", lambda: 3)
     # The exponent: 2 for every element, but not a constant the canonicalizer folds.
     text = _loops_module().replace(
@@ -84,21 +89,52 @@ def test_split_module_keeps_helpers_defined_once_per_process(tmp_path, monkeypat
         "      %u0 = arith.addf %p0, %x0 : f32")
     assert "math.fpowi" in text
     split_inputs = []
-    real_split = cpu_codegen._split
-    def split(ll, directory):
-        parts = real_split(ll, directory)
-        split_inputs.append(ll.read_text())  # after the rewrite: what llvm-split read
-        return parts
+    real_separate = cpu_codegen._separate_entries
+    def separate(ll, directory):
+        split_inputs.append(ll.read_text())  # after the rewrite: what llvm-extract read
+        return real_separate(ll, directory)
 
-    monkeypatch.setattr(cpu_codegen, "_split", split)
+    monkeypatch.setattr(cpu_codegen, "_separate_entries", separate)
     so = cpu_codegen.build_shared_object(
         str(cpu_pipeline.to_llvm(str(cpu_pipeline.to_loops(text)))), tmp_path)
-    # What llvm-split got: the helper as an internal (one part's hidden) definition.
+    # What llvm-extract and llvm-split got: the helper as an internal (one part's hidden)
+    # definition.
     assert "define linkonce_odr" not in split_inputs[0]
     assert "define internal float @__mlir_math_fpowi_f32_i64" in split_inputs[0]
     x = torch.randn(256)
     (out,) = CpuExecutable(so, [((256,), torch.float32)]).run([x])
     torch.testing.assert_close(out, x * x + x * NESTS + sum(range(NESTS)), rtol=1e-5, atol=1e-4)
+
+
+def test_entry_is_cut_into_blocks_of_calls():
+    """The entry compiled at -O0 gets a block per ENTRY_BLOCK_CALLS calls (SelectionDAG
+    selects one block at a time): same instructions, a branch to the next block."""
+    body = "".join(f"  call void @f(i64 {i})\n" for i in range(5))
+    text = f"define void @main() {{\n{body}  %r = call i64 @g()\n  ret void\n}}\n"
+    cut = cpu_codegen._split_into_blocks(text, every=2)
+    assert cut.count("  br label %lazymlir.block") == 3
+    assert [line for line in cut.splitlines() if "lazymlir.block" not in line] == \
+        text.splitlines()
+    assert "  call void @f(i64 1)\n  br label %lazymlir.block0\nlazymlir.block0:\n" in cut
+
+
+def test_entry_with_loops_stays_with_the_nests_at_o3(tmp_path, monkeypatch):
+    """Loops the outliner left in the entry (here: all of them) are the graph's work:
+    that entry is not compiled apart at -O0."""
+    commands = []
+    real_run = cpu_codegen._run
+    monkeypatch.setattr(cpu_codegen, "_run", lambda cmd: (commands.append(cmd), real_run(cmd)))
+    monkeypatch.setattr(cpu_codegen, "ENTRY_APART_MIN_BYTES", 1)
+    monkeypatch.setattr(cpu_outline, "MIN_NESTS", 10 ** 6)
+    loops = str(cpu_pipeline.to_loops(_loops_module()))
+    assert "func.func private" not in loops
+    so = cpu_codegen.build_shared_object(str(cpu_pipeline.to_llvm(loops)), tmp_path)
+    assert [c[1] for c in commands if c[0].endswith("llc")] == ["-O3"]
+    x = torch.randn(256)
+    (out,) = CpuExecutable(so, [((256,), torch.float32)]).run([x])
+    torch.testing.assert_close(out, x * (NESTS + 1) + sum(range(NESTS)), rtol=1e-6, atol=1e-5)
+    assert not cpu_codegen._has_loops("; m\ndefine void @f() {\n  br label %1\n1:\n  ret void\n}\n"
+                                      "define void @g() {\n  br label %1\n1:\n  ret void\n}\n")
 
 
 def test_identical_nests_are_one_function(tmp_path):
@@ -165,6 +201,7 @@ def test_split_parts_keep_the_vector_math_variants(tmp_path, monkeypatch):
     if not expected:
         pytest.skip("this host's libm offers no AVX2 vector erff")
     monkeypatch.setattr(cpu_codegen, "SPLIT_MIN_BYTES", 1)
+    monkeypatch.setattr(cpu_codegen, "ENTRY_APART_MIN_BYTES", 1)
     monkeypatch.setattr(cpu_codegen.os, "cpu_count", lambda: 3)
     split = cpu_codegen.build_shared_object(str(cpu_pipeline.to_llvm(loops)), tmp_path / "split")
     assert _functions_calling(split, vector_erf) == expected
