@@ -17,7 +17,6 @@ Layers (each imports only the ones below it; CI checks this with import-linter):
     session, support         settings, metrics, errors
 """
 
-
 from __future__ import annotations
 
 import sys as _sys
