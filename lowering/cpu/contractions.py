@@ -7,8 +7,9 @@ input (`collapse_shape` -> `linalg.matmul` -> `expand_shape`) became a `linalg.g
 with the reshape folded in, the elementwise producers (a LayerNorm) fused into it,
 recomputed per multiply-add in a generic that schedule.py cannot tile (scalar loops,
 ~100x slower in a GPT step). The pass has no option to exclude ops; its reshape
-folding only takes a producer with one use. So each contraction's results and its
-operands that come from a reshape get one more use for the duration of the pass: extra
+folding only takes a producer with one use. So each contraction's results and
+operands get one more use for the duration of the pass (the elementwise fusion it
+blocks, of an operand's producer into the contraction, cannot happen anyway): extra
 operands of the function's `return` (the function's type follows), removed right after.
 Nothing else changes: the rest of the graph is fused as before.
 
@@ -28,18 +29,16 @@ log = logging.getLogger("lazymlir.lowering.cpu")
 
 # The contractions schedule.py tiles and vectorizes.
 CONTRACTIONS = ("linalg.matmul", "linalg.batch_matmul")
-_RESHAPES = ("tensor.collapse_shape", "tensor.expand_shape")
 
 FUSE = "builtin.module(func.func(linalg-fuse-elementwise-ops))"
 
 
-def _made_by(value, names) -> bool:
-    owner = getattr(value.owner, "operation", None)  # None: a block argument
-    return owner is not None and owner.name in names
+def _is_result(value) -> bool:
+    return getattr(value.owner, "operation", None) is not None  # else a block argument
 
 
 def _hold(func) -> tuple | None:
-    """Return each contraction's results and reshaped operands from `func` too; the
+    """Return each contraction's results and operands from `func` too; the
     function's old type and number of results, to restore (None: nothing to hold)."""
     from mlir import ir
     from mlir.dialects import func as func_d
@@ -51,8 +50,9 @@ def _hold(func) -> tuple | None:
     for op in walk(func, skip=lambda op: op.name in CONTRACTIONS):
         if op.name not in CONTRACTIONS:
             continue
-        values = list(op.results)
-        values += [v for v in op.operands if _made_by(v, _RESHAPES)]
+        # Its operands whatever their producer: a transpose of a reshape became a
+        # generic followed by a reshape in the pass, which then had one use.
+        values = list(op.results) + [v for v in op.operands if _is_result(v)]
         for value in values:
             if value not in seen:
                 seen.add(value)
