@@ -58,14 +58,15 @@ def _format_diagnostic(diagnostic) -> str:
     return "\n".join(lines)
 
 
-def run_pipeline(bindings: Bindings, text: str, pipeline: str | None,
-                 before: Callable | None = None, context=None):
+def run_pipeline(bindings: Bindings, text: str | None, pipeline: str | None,
+                 before: Callable | None = None, context=None, module=None):
     """Parse `text` in a fresh context, optionally call `before(module)`, run `pipeline`.
+    With `module` (then `text` is None): that module, changed in place, in its context.
 
     Returns the module (its context stays alive through the module). Raises
     PipelineFailure with every diagnostic the parser or the passes emitted.
     """
-    context = context or bindings.context()
+    context = module.context if module is not None else context or bindings.context()
     diagnostics: list[str] = []
 
     def on_diagnostic(diagnostic):
@@ -77,7 +78,8 @@ def run_pipeline(bindings: Bindings, text: str, pipeline: str | None,
     saved_stderr, sys.stderr = sys.stderr, io.StringIO()
     try:
         with context:
-            module = bindings.ir.Module.parse(text)
+            if module is None:
+                module = bindings.ir.Module.parse(text)
             if before is not None:
                 before(module)
             if pipeline:

@@ -36,7 +36,8 @@ BUFFERIZE_PIPELINE = (
     "canonicalize,cse)"
 )
 
-# The shared pipeline without elementwise fusion.
+# The shared pipeline without elementwise fusion (for a backend that fuses in its
+# own `Preparation.before`).
 UNFUSED_BUFFERIZE_PIPELINE = BUFFERIZE_PIPELINE.replace(
     "func.func(linalg-fuse-elementwise-ops),", "", 1)
 
@@ -58,14 +59,11 @@ class Preparation:
     before: one more rewrite of the linalg-on-tensors module before bufferization.
     choose: (text) -> (text, pipeline): the backend's own rewrite of the input
         text and the bufferization pipeline for it.
-    unfused_if: (text, bufferized module) -> True when the graph must be
-        bufferized again without elementwise fusion.
     """
 
     in_place: bool = True
     before: Callable | None = None
     choose: Callable[[str], tuple[str, str]] | None = None
-    unfused_if: Callable[[str, object], bool] | None = None
 
 
 def _before_bufferize(module, in_place: bool | str, before: Callable | None) -> None:
@@ -81,8 +79,6 @@ def to_bufferized(text: str, preparation: Preparation):
     if preparation.choose is not None:
         text, pipeline = preparation.choose(text)
     module = _bufferize(text, pipeline, preparation)
-    if preparation.unfused_if is not None and preparation.unfused_if(text, module):
-        module = _bufferize(text, UNFUSED_BUFFERIZE_PIPELINE, preparation)
     with module.context:
         graph_inputs.drop_in_place_results(module)
     # LLVM 22 cannot lower i1 buffers: store bools as bytes (i1_storage).

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import re
-
-from . import fusion, stages
+from . import contractions, fusion, stages
 from ..backend import Backend, Stage, final_text
 from ..bufferize import graph_inputs
-from ..bufferize.stage import BUFFERIZE_PIPELINE, Preparation, with_empty_tensor_elimination
+from ..bufferize.stage import UNFUSED_BUFFERIZE_PIPELINE, Preparation, with_empty_tensor_elimination
 from ..contracts import DialectContract
-from ..mlir_runner import walk
 from .codegen import SO_NAME, build_shared_object
+
+# Elementwise fusion runs before these pipelines, as the preparation's rewrite that
+# keeps contractions named ops (contractions.py).
+CPU_BUFFERIZE_PIPELINE = UNFUSED_BUFFERIZE_PIPELINE
 
 # After cpu.fusion: its loops write their blocks of rows through
 # tensor.empty slices of the result; eliminate-empty-tensors makes them
@@ -18,17 +19,12 @@ from .codegen import SO_NAME, build_shared_object
 # temporary copied into the output).
 # The insertion of a block then copies it onto itself once CSE has merged the
 # two subviews: the last canonicalize drops that copy.
-ROWS_BUFFERIZE_PIPELINE = with_empty_tensor_elimination(BUFFERIZE_PIPELINE).replace(
+ROWS_BUFFERIZE_PIPELINE = with_empty_tensor_elimination(CPU_BUFFERIZE_PIPELINE).replace(
     "canonicalize,cse)", "canonicalize,cse,canonicalize)")
-
-# Contractions the CPU schedule tiles and vectorizes (schedule.py), as ops and in the
-# stage's input text.
-_CONTRACTIONS = ("linalg.matmul", "linalg.batch_matmul")
-_CONTRACTION_TEXT = re.compile(r"\blinalg\.(batch_)?matmul\b")
 
 
 def _choose_pipeline(text: str) -> tuple[str, str]:
-    pipeline = BUFFERIZE_PIPELINE
+    pipeline = CPU_BUFFERIZE_PIPELINE
     # Row-wise graphs (softmax, layer_norm...) become one loop over blocks
     # of rows, reductions fused in (fusion.py); others are unchanged.
     fused = fusion.fuse_rows(text)
@@ -41,16 +37,6 @@ def _choose_pipeline(text: str) -> tuple[str, str]:
         # buffer only once its tensor.empty destination is replaced by that input.
         pipeline = with_empty_tensor_elimination(pipeline)
     return text, pipeline
-
-
-def _contraction_fused(text: str, module) -> bool:
-    # linalg-fuse-elementwise-ops propagated a reshape through a matmul
-    # (a Linear on 3-D input) and fused its elementwise producers (a
-    # LayerNorm) into the contraction: recomputed per multiply-add, in a
-    # generic the schedule cannot tile (scalar loops, ~100x slower in a
-    # GPT step). Such graphs are bufferized without elementwise fusion.
-    left = sum(op.name in _CONTRACTIONS for op in walk(module))
-    return left < len(_CONTRACTION_TEXT.findall(text))
 
 
 def package(final, directory, **_options) -> dict:
@@ -78,7 +64,7 @@ BACKEND = Backend(
               DialectContract(frozenset({"builtin", "llvm", "omp"}))),
     ),
     bufferize=Preparation(in_place=True, choose=_choose_pipeline,
-                          unfused_if=_contraction_fused),
+                          before=contractions.fuse_elementwise),
     package=package,
     probe_stop="llvm",
 )
