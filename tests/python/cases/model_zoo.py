@@ -143,8 +143,9 @@ class _Recorder:
 
 def train(model, x, y, loss_fn, make_opt, mode: str, steps=4, clip=None, micro_batches=1,
           schedule=False):
-    """Train `model` for `steps` steps; mode: "eager" (CPU), "lazy" (lazy_mlir device) or
-    "compiled" (torch.compile(backend="lazymlir") of the model and the optimizer step).
+    """Train `model` for `steps` steps; mode: "eager" (CPU), "lazy" (lazy_mlir device),
+    "compiled" (torch.compile(backend="lazymlir") of the model and the optimizer step) or
+    "aot_eager" (the same programs compiled by PyTorch and run with its own kernels).
 
     Returns (losses, state_dict on the CPU, trained model). Lazy and compiled runs assert
     that after WARMUP_STEPS steps nothing compiles any more.
@@ -154,9 +155,10 @@ def train(model, x, y, loss_fn, make_opt, mode: str, steps=4, clip=None, micro_b
     opt = make_opt(model.parameters())
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5) if schedule else None
     forward, opt_step = model, opt.step
-    if mode == "compiled":
-        forward = torch.compile(model, backend="lazymlir", dynamic=False)
-        opt_step = torch.compile(opt.step, backend="lazymlir", dynamic=False)
+    if mode in ("compiled", "aot_eager"):
+        backend = "lazymlir" if mode == "compiled" else "aot_eager"
+        forward = torch.compile(model, backend=backend, dynamic=False)
+        opt_step = torch.compile(opt.step, backend=backend, dynamic=False)
     record = _Recorder()
     for _ in range(steps):
         opt.zero_grad()

@@ -10,9 +10,11 @@ largest graph is recorded, so a limit that only large graphs hit shows here.
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
-from model_zoo import OPTIMIZERS, assert_same_training, train_both
+from model_zoo import OPTIMIZERS, assert_same_training, train
 from real_models import MODELS
 
 from lazymlir.execution import executor
@@ -41,6 +43,16 @@ def largest_graph(monkeypatch):
     return seen
 
 
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    """Every case compiles `Optimizer.step` twice (the reference and lazymlir): without a
+    reset the cases together pass Dynamo's recompile limit for it, and later ones would
+    run it eagerly."""
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["lazy", "compiled"])
 @pytest.mark.parametrize("name", sorted(MODELS))
@@ -51,8 +63,15 @@ def test_trains_like_eager(name, mode, largest_graph):
     x = x.double() if x.is_floating_point() else x
     assert len(list(model.parameters())) >= 140, "not the size of the real network"
     optimizer = OPTIMIZERS[OPTIMIZER.get(name, "sgd_momentum")]
-    actual, eager = train_both(model, x, y, loss_fn, optimizer,
-                               mode, steps=3, clip=CLIP.get(name))
+    # Through torch.compile the reference is the program Dynamo captured, run by PyTorch's
+    # kernels (aot_eager): compiled, AdamW's bias corrections are computed from its float32
+    # `step` tensors where eager uses Python floats (optimizer.py's `_get_value`), a
+    # difference of PyTorch's (GPT-2 here: 1.4e-6 in float64 after 3 steps, the same
+    # through aot_eager and lazymlir to 12 digits) that is not this backend's to remove.
+    reference = "aot_eager" if mode == "compiled" else "eager"
+    eager = train(copy.deepcopy(model), x, y, loss_fn, optimizer, reference, steps=3,
+                  clip=CLIP.get(name))
+    actual = train(model, x, y, loss_fn, optimizer, mode, steps=3, clip=CLIP.get(name))
     assert_same_training(actual, eager, **TOLERANCE)
     if mode == "lazy":  # a training step is one graph of all parameters, grads and state
         assert largest_graph["buffers"] > 3 * len(list(model.parameters()))
