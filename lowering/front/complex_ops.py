@@ -72,6 +72,11 @@ def _tensor(x) -> bool:
     return isinstance(meta_val(x), torch.Tensor)
 
 
+def _squared_modulus(b, re, im):
+    """re^2 + im^2."""
+    return b(aten.add.Tensor, b(aten.mul.Tensor, re, re), b(aten.mul.Tensor, im, im))
+
+
 def _add(b, node, sign):
     a, other = node.args[0], node.args[1]
     alpha = node.kwargs.get("alpha", node.args[2] if len(node.args) > 2 else 1)
@@ -102,9 +107,7 @@ def _conj(b, node):
 
 
 def _abs(b, node):
-    re, im = b.parts(node.args[0])
-    squares = b(aten.add.Tensor, b(aten.mul.Tensor, re, re), b(aten.mul.Tensor, im, im))
-    return b(aten.sqrt.default, squares)
+    return b(aten.sqrt.default, _squared_modulus(b, *b.parts(node.args[0])))
 
 
 def _angle(b, node):
@@ -130,7 +133,7 @@ def _div(b, node):
                            dtype)
     ar, ai = b.parts(a)
     br, bi = b.parts(other)
-    den = b(aten.add.Tensor, b(aten.mul.Tensor, br, br), b(aten.mul.Tensor, bi, bi))
+    den = _squared_modulus(b, br, bi)
     re = b(aten.add.Tensor, b(aten.mul.Tensor, ar, br), b(aten.mul.Tensor, ai, bi))
     im = b(aten.sub.Tensor, b(aten.mul.Tensor, ai, br), b(aten.mul.Tensor, ar, bi))
     return b.complex(b(aten.div.Tensor, re, den), b(aten.div.Tensor, im, den), dtype)
@@ -138,7 +141,7 @@ def _div(b, node):
 
 def _reciprocal_parts(b, re, im):
     """1 / (re + i im) = (re - i im) / (re^2 + im^2), as parts."""
-    den = b(aten.add.Tensor, b(aten.mul.Tensor, re, re), b(aten.mul.Tensor, im, im))
+    den = _squared_modulus(b, re, im)
     return b(aten.div.Tensor, re, den), b(aten.div.Tensor, b(aten.neg.default, im), den)
 
 
@@ -156,8 +159,7 @@ def _negative(b, x):
 def _sqrt_parts(b, re, im):
     """The principal square root without cancellation (Kahan): t = sqrt((|z| + |re|) / 2);
     re >= 0: (t, im / 2t); re < 0: (|im| / 2t, +-t with im's sign, -0.0 included)."""
-    modulus = b(aten.sqrt.default, b(aten.add.Tensor, b(aten.mul.Tensor, re, re),
-                                     b(aten.mul.Tensor, im, im)))
+    modulus = b(aten.sqrt.default, _squared_modulus(b, re, im))
     t = b(aten.sqrt.default, b(aten.mul.Scalar, b(aten.add.Tensor, modulus,
                                                    b(aten.abs.default, re)), 0.5))
     twice = b(aten.mul.Scalar, t, 2)
@@ -181,8 +183,7 @@ def _rsqrt(b, node):
 
 def _log_parts(b, re, im):
     """log z = log|z| + i arg z (log 0 = -inf + 0i, as eager)."""
-    squares = b(aten.add.Tensor, b(aten.mul.Tensor, re, re), b(aten.mul.Tensor, im, im))
-    return (b(aten.mul.Scalar, b(aten.log.default, squares), 0.5),
+    return (b(aten.mul.Scalar, b(aten.log.default, _squared_modulus(b, re, im)), 0.5),
             b(aten.atan2.default, im, re))
 
 
@@ -221,22 +222,25 @@ def _pow(b, node):
 
 
 def _trig(b, node):
-    """sin, cos, sinh, cosh of re + i im through real sin/cos/sinh/cosh of the parts."""
+    """sin, cos, sinh, cosh of re + i im through real sin/cos/sinh/cosh of the parts:
+    sin z = sin re cosh im + i cos re sinh im, cos z = cos re cosh im - i sin re sinh im;
+    sinh z = -i sin(iz), cosh z = cos(iz): the same products with the parts' roles
+    swapped, sinh re cos im + i cosh re sin im and cosh re cos im + i sinh re sin im."""
     re, im = b.parts(node.args[0])
-    sin, cos = b(aten.sin.default, re), b(aten.cos.default, re)
-    sinh, cosh = b(aten.sinh.default, im), b(aten.cosh.default, im)
-    if node.target == aten.sin.default:    # sin re cosh im + i cos re sinh im
-        parts = (b(aten.mul.Tensor, sin, cosh), b(aten.mul.Tensor, cos, sinh))
-    elif node.target == aten.cos.default:  # cos re cosh im - i sin re sinh im
-        parts = (b(aten.mul.Tensor, cos, cosh),
-                 b(aten.neg.default, b(aten.mul.Tensor, sin, sinh)))
-    else:  # sinh z = -i sin(iz), cosh z = cos(iz): the same products with parts swapped
-        sin_i, cos_i = b(aten.sin.default, im), b(aten.cos.default, im)
-        sinh_r, cosh_r = b(aten.sinh.default, re), b(aten.cosh.default, re)
-        if node.target == aten.sinh.default:
-            parts = (b(aten.mul.Tensor, sinh_r, cos_i), b(aten.mul.Tensor, cosh_r, sin_i))
+    if node.target in (aten.sin.default, aten.cos.default):
+        sin, cos = b(aten.sin.default, re), b(aten.cos.default, re)
+        sinh, cosh = b(aten.sinh.default, im), b(aten.cosh.default, im)
+        if node.target == aten.sin.default:
+            parts = (b(aten.mul.Tensor, sin, cosh), b(aten.mul.Tensor, cos, sinh))
         else:
-            parts = (b(aten.mul.Tensor, cosh_r, cos_i), b(aten.mul.Tensor, sinh_r, sin_i))
+            parts = (b(aten.mul.Tensor, cos, cosh),
+                     b(aten.neg.default, b(aten.mul.Tensor, sin, sinh)))
+    else:
+        sinh, cosh = b(aten.sinh.default, re), b(aten.cosh.default, re)
+        sin, cos = b(aten.sin.default, im), b(aten.cos.default, im)
+        first = sinh if node.target == aten.sinh.default else cosh
+        second = cosh if node.target == aten.sinh.default else sinh
+        parts = (b(aten.mul.Tensor, first, cos), b(aten.mul.Tensor, second, sin))
     return b.complex(*parts, meta_val(node).dtype)
 
 
