@@ -40,24 +40,20 @@ import torch
 from .results_dir import report
 
 CASES = Path(__file__).resolve().parent.parent / "tests" / "python" / "cases"
-# The slow tests' choices (tests/python/e2e/test_real_size.py).
-TRANSFORMERS = {"vit_tiny", "gpt2_small", "swin_tiny"}
 WARMUP_STEPS = 3  # step 1 creates the optimizer state, step 2 is the steady-state graph
 
 
-def _optimizer(name: str, params):
-    if name in TRANSFORMERS:
-        return torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01, eps=1e-6)
-    return torch.optim.SGD(params, lr=0.05, momentum=0.9)
-
-
 def _step_of(name: str, model, x, y, loss_fn, contender: str):
-    """One training step of `model` as `contender` runs it; returns the loss as a float."""
+    """One training step of `model` as `contender` runs it (the slow tests' optimizer
+    and clipping, real_models.py); returns the loss as a float."""
+    from optimizers import OPTIMIZERS
+    from real_models import CLIP, OPTIMIZER
+
     import lazymlir
 
     device = "lazy_mlir" if contender == "lazy" else "cpu"
     model = model.to(device)
-    opt = _optimizer(name, model.parameters())
+    opt = OPTIMIZERS[OPTIMIZER[name]](model.parameters())
     forward, opt_step = model, opt.step
     if contender in ("lazymlir", "inductor"):
         forward = torch.compile(model, backend=contender, dynamic=False)
@@ -68,8 +64,8 @@ def _step_of(name: str, model, x, y, loss_fn, contender: str):
         opt.zero_grad()
         loss = loss_fn(forward(xs), ys)
         loss.backward()
-        if name in TRANSFORMERS:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        if name in CLIP:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP[name])
         opt_step()
         if contender == "lazy":
             lazymlir.mark_step()
@@ -90,7 +86,6 @@ def _graphs_compiled() -> int:
 
 def measure(name: str, contender: str, rounds: int) -> dict:
     """Eager against `contender` on model `name` (in this process)."""
-    sys.path.insert(0, str(CASES))
     from real_models import MODELS
 
     import lazymlir
@@ -142,6 +137,7 @@ def main() -> None:
     parser.add_argument("--child", nargs=2, metavar=("MODEL", "CONTENDER"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
+        sys.path.insert(0, str(CASES))  # the model definitions live with the slow tests
         os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="inductor-cold-"))
         print(json.dumps(measure(*args.child, args.rounds)))
         return

@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from conftest import DEVICE, assert_no_fallback
+from optimizers import OPTIMIZERS
 from torch import nn
 
 import lazymlir
@@ -105,16 +106,6 @@ MODELS = {"cnn": _cnn, "resnet_block": _resnet_block, "resnet2": _resnet2, "lstm
           "gru": _gru, "embedding_mlp": _embedding_mlp, "transformer": _transformer,
           "transformer_encoder": _transformer_encoder,
           "gpt_masked_fill": lambda: _gpt(sdpa=False), "gpt_sdpa": lambda: _gpt(sdpa=True)}
-# eps=1e-6 for the adaptive optimizers: they divide by the gradient's own scale, so a
-# parameter whose exact gradient is zero (the attention key bias, a conv bias right
-# before BatchNorm) turns rounding noise (~1e-9) into steps of up to `lr` with the
-# default eps=1e-8, in eager and here alike, and the comparison would measure rounding.
-OPTIMIZERS = {
-    "sgd_momentum": lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9),
-    "adam": lambda p: torch.optim.Adam(p, lr=1e-3, eps=1e-6),
-    "adamw": lambda p: torch.optim.AdamW(p, lr=1e-3, weight_decay=0.01, eps=1e-6),
-    "rmsprop": lambda p: torch.optim.RMSprop(p, lr=1e-3, eps=1e-6),
-}
 CASES = [("cnn", "sgd_momentum"), ("resnet_block", "sgd_momentum"), ("resnet2", "adam"),
          ("lstm", "adam"), ("gru", "sgd_momentum"), ("embedding_mlp", "adamw"),
          ("transformer", "sgd_momentum"), ("transformer_encoder", "adamw"),

@@ -516,8 +516,8 @@ CI_TIER_MEASURED = (
     "Measured 2026-11-27 on the 2-core dev machine (load average 3 to 4.7, other jobs"
     " running), with `python tests/python/cases/opinfo_sweep.py --ci` and 1 in 25 of the"
     " other ops: 229 s; 920 lowered, 21 fallback, 0 wrong, 1 error, 0 crash. With every"
-    " lowering op (share 1 in 1) it took 256 s on 2026-11-22 at load 1.3-3.1, and 339 s in a clean-clone CI"
-    " run under load.")
+    " lowering op (share 1 in 1) it took 256 s on 2026-11-22 at load 1.3-3.1, and 339 s"
+    " in a clean-clone CI run under load.")
 
 
 def _in_share(name: str, variant: str, share: tuple[int, int]) -> bool:

@@ -437,3 +437,10 @@ MODELS = {
     "vit_tiny": vit_tiny,
     "gpt2_small": gpt2_small,
 }
+
+# How each network is trained (the slow tests and benchmarks/real_models.py), as usual:
+# classifiers with SGD and momentum, transformers with AdamW and gradient clipping
+# (names of optimizers.OPTIMIZERS).
+TRANSFORMERS = ("vit_tiny", "gpt2_small", "swin_tiny")
+OPTIMIZER = {name: "adamw" if name in TRANSFORMERS else "sgd_momentum" for name in MODELS}
+CLIP = {name: 1.0 for name in TRANSFORMERS}

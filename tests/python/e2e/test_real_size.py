@@ -15,13 +15,10 @@ import copy
 import pytest
 import torch
 from model_zoo import OPTIMIZERS, assert_same_training, train
-from real_models import MODELS
+from real_models import CLIP, MODELS, OPTIMIZER
 
 from lazymlir.execution import executor
 
-# Classifiers train with SGD and momentum, transformers with AdamW and clipping, as usual.
-OPTIMIZER = {"vit_tiny": "adamw", "gpt2_small": "adamw", "swin_tiny": "adamw"}
-CLIP = {"vit_tiny": 1.0, "gpt2_small": 1.0, "swin_tiny": 1.0}
 # In float64: networks 20-60 layers deep amplify float32 rounding (eager and compiled
 # code sum in other orders; BatchNorm divides by the batch's spread) to ~0.3% in three
 # steps, which would hide a real bug; in float64 the same noise is ~1e-12.
@@ -62,7 +59,7 @@ def test_trains_like_eager(name, mode, largest_graph):
     model = model.double()
     x = x.double() if x.is_floating_point() else x
     assert len(list(model.parameters())) >= 140, "not the size of the real network"
-    optimizer = OPTIMIZERS[OPTIMIZER.get(name, "sgd_momentum")]
+    optimizer = OPTIMIZERS[OPTIMIZER[name]]
     # Through torch.compile the reference is the program Dynamo captured, run by PyTorch's
     # kernels (aot_eager): compiled, AdamW's bias corrections are computed from its float32
     # `step` tensors where eager uses Python floats (optimizer.py's `_get_value`), a
