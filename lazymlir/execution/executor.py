@@ -469,7 +469,11 @@ class Compiled:
         elif scalars:
             inputs = list(inputs) + [target.upload(torch.tensor(s, dtype=fx_graph.SCALAR_DTYPE))
                                      for s in scalars]
-        outputs = self.executable.run(inputs)
+        try:
+            outputs = self.executable.run(inputs)
+        except targets.CompiledCheckFailed as failed:
+            log.info("%s; running the graph eagerly", failed)
+            return EagerReference(self.graph).run(target, inputs, scalars)
         if not self.flags:
             return outputs
         flag = target.download(outputs.pop(), torch.empty((), dtype=torch.bool, device="meta"))

@@ -14,7 +14,7 @@ LAZYMLIR_CUDA_DRIVER picks what the cuda target runs on: `real` (libcuda.so.1),
 from __future__ import annotations
 
 from .. import session
-from .base import Executable, OutputMetas, Target
+from .base import CompiledCheckFailed, Executable, OutputMetas, Target
 from .cpu import CpuTarget
 from .cuda import CudaTarget, unavailable_reason
 
@@ -49,5 +49,5 @@ def active() -> Target:
     return current.target
 
 
-__all__ = ["Executable", "OutputMetas", "Target", "CpuTarget", "CudaTarget", "NAMES",
-           "resolve", "active"]
+__all__ = ["CompiledCheckFailed", "Executable", "OutputMetas", "Target", "CpuTarget",
+           "CudaTarget", "NAMES", "resolve", "active"]

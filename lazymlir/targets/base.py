@@ -26,6 +26,13 @@ import torch
 OutputMetas = list[tuple[list[int], torch.dtype]]
 
 
+class CompiledCheckFailed(RuntimeError):
+    """A run-time check inside compiled code failed (a torch-mlir `cf.assert`: an index
+    out of bounds, a zero where the lowering needs none; lowering/cpu/asserts.py). The
+    outputs are not to be used: the caller runs the graph eagerly instead, which raises
+    eager's own error or gives eager's result."""
+
+
 class Executable(ABC):
     # (input, output) pairs the executable updates in place: it writes output `output`
     # into input `input`'s memory and returns that input in its place (a strided input:

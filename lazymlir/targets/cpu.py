@@ -27,7 +27,7 @@ from .. import session
 from ..support import host_isa
 from . import cpu_alloc, cpu_builtins, cpu_threads
 from . import dlpack_abi
-from .base import Executable, OutputMetas, Target
+from .base import CompiledCheckFailed, Executable, OutputMetas, Target
 
 SO_NAME = "executable.so"
 log = logging.getLogger("lazymlir.targets.cpu")
@@ -136,6 +136,11 @@ def _descriptor(tensor: torch.Tensor, written: bool):
     return desc
 
 
+# The function lowering/cpu/asserts.py adds to code that holds run-time checks (the
+# name is the contract: targets do not import the compiler).
+_FAILED_CHECKS = "lazymlir_failed_asserts"
+
+
 class CpuExecutable(Executable):
     """A compiled graph: run(list of input CPU tensors) -> list of output CPU tensors."""
 
@@ -163,6 +168,12 @@ class CpuExecutable(Executable):
         self._entry = self._lib._mlir_ciface_main
         self._entry.restype = None
         self._entry.argtypes = [ctypes.c_void_p]
+        # Present when the code holds run-time checks (lowering/cpu/asserts.py): returns
+        # whether one failed since the last call, and clears that.
+        self._failed_checks = getattr(self._lib, _FAILED_CHECKS, None)
+        if self._failed_checks is not None:
+            self._failed_checks.restype = ctypes.c_int32
+            self._failed_checks.argtypes = []
         # Per calling thread: the argument descriptors of the last call, reused when the
         # shapes repeat (a graph's shapes are static: only the data pointers change).
         # Building them afresh cost ~2 us per argument, 30 us of an MLP step's 3 graphs.
@@ -195,6 +206,8 @@ class CpuExecutable(Executable):
             for i in written:  # data_ptr(): a copy-on-write input gets its own memory first
                 descriptors[i].allocated = descriptors[i].aligned = dense[i].data_ptr()
         self._entry(ctypes.addressof(frame[1]))
+        if self._failed_checks is not None and self._failed_checks():
+            raise CompiledCheckFailed(f"a run-time check in {self.so_path.name} failed")
         if not self.in_place:
             return outputs
         # An updated input's output is the buffer written: the input itself, or the dense

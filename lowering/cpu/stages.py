@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import re
 
-from . import bf16_rounding, c_interface, outline, parallel, schedule
+from . import asserts, bf16_rounding, c_interface, outline, parallel, schedule
 from ..bufferize import buffer_copies
 from ..mlir_runner import UPSTREAM, run_pipeline
 
@@ -134,6 +134,8 @@ def to_llvm(text: str):
 
     def before(module) -> None:
         _mark_c_interface(module)
+        # After the marking: the flag's getter is a plain C function.
+        asserts.flag_asserts(module)
         noalias.update(outline.noalias_plan(module))
         # No __truncdfbf2 to link against: double -> bfloat16 goes through float.
         bf16_rounding.split_double_to_bfloat16(module)

@@ -124,6 +124,18 @@ def test_failed_check_marks_the_values_and_later_work_runs():
     assert good.cpu().tolist() == [[6.0, 7.0], [6.0, 7.0]]
 
 
+def test_failed_asserts_in_compiled_code_raise_eagers_error_without_checks():
+    """With the fx-level checks off, torch-mlir's own bounds asserts in gather and
+    embedding are what fails: they set the library's flag (lowering/cpu/asserts.py) and
+    the graph reruns eagerly, where they aborted the process before."""
+    cases = {name: BAD_CASES[name] for name in ("gather", "gather_negative", "embedding")}
+    rows = _run_child(cases, LAZYMLIR_BOUNDS_CHECKS="0")
+    for name, eager, lazy, fallbacks in rows:
+        assert eager[0] != "ok", (name, eager)
+        assert lazy == eager, name
+        assert fallbacks == {}, (name, fallbacks)
+
+
 def test_checks_can_be_turned_off():
     from lazymlir import config
 
