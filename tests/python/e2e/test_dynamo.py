@@ -457,9 +457,15 @@ def _nice_values(pool) -> set[int]:
     return {os.getpriority(os.PRIO_PROCESS, worker._process.pid) for worker in pool._workers}
 
 
-@pytest.mark.parametrize("how", ["option", "setting"])
-def test_eager_while_compiling_runs_first_runs_eagerly_and_later_runs_wait(
-        monkeypatch, how):
+def _sgd_step(optimizer, run, x, y) -> float:
+    optimizer.zero_grad()
+    loss = nn.functional.mse_loss(run(x), y)
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
+def test_eager_while_compiling_runs_first_runs_eagerly_and_later_runs_wait(monkeypatch):
     """With eager_while_compiling, a step whose graphs are still compiling runs them with
     PyTorch's kernels (counted, not a fallback) instead of waiting; the next step,
     although the compiles (2 s each, at low priority) have not ended, waits for them
@@ -468,35 +474,22 @@ def test_eager_while_compiling_runs_first_runs_eagerly_and_later_runs_wait(
     current = lazymlir.session.reset()  # workers forked from here on are slow
     try:
         current.settings.cache_dir = None
-        if how == "setting":
-            current.settings.eager_while_compiling = True
-            forward_options = None
-        else:
-            forward_options = {"eager_while_compiling": True}
         model, reference = _mlp(), _mlp()
         forward = torch.compile(model, backend="lazymlir", dynamic=False,
-                                options=forward_options)
+                                options={"eager_while_compiling": True})
         opt = torch.optim.SGD(model.parameters(), lr=0.05)
         ref_opt = torch.optim.SGD(reference.parameters(), lr=0.05)
         torch.manual_seed(1)
         batches = [(torch.randn(6, 8), torch.randn(6, 4)) for _ in range(3)]
 
-        def step(module, optimizer, run, x, y):
-            optimizer.zero_grad()
-            loss = nn.functional.mse_loss(run(x), y)
-            loss.backward()
-            optimizer.step()
-            return loss.item()
-
-        first = step(model, opt, forward, *batches[0])
-        assert first == pytest.approx(step(reference, ref_opt, reference, *batches[0]),
-                                      rel=1e-5)
+        first = _sgd_step(opt, forward, *batches[0])
+        assert first == pytest.approx(_sgd_step(ref_opt, reference, *batches[0]), rel=1e-5)
         assert metrics.counter("EagerWhileCompiling") == 2  # forward and backward
         assert metrics.counter("UncachedCompile") == 0  # nothing waited for a compile
         assert lazymlir.session.current().compiles_ahead  # still compiling
         for x, y in batches[1:]:
-            assert step(model, opt, forward, x, y) == pytest.approx(
-                step(reference, ref_opt, reference, x, y), rel=1e-5)
+            assert _sgd_step(opt, forward, x, y) == pytest.approx(
+                _sgd_step(ref_opt, reference, x, y), rel=1e-5)
         assert metrics.counter("EagerWhileCompiling") == 2
         assert metrics.counter("UncachedCompile") == 2  # then both ran compiled
         assert not current.compiles_ahead
@@ -505,6 +498,29 @@ def test_eager_while_compiling_runs_first_runs_eagerly_and_later_runs_wait(
         assert _nice_values(current.background_worker) == {19}
         assert_no_fallback()
         _assert_same_state(reference, model)
+    finally:
+        lazymlir.session.reset()
+
+
+def test_eager_while_compiling_setting_applies_without_the_option(monkeypatch):
+    """The setting (LAZYMLIR_EAGER_WHILE_COMPILING) gives a torch.compile without the
+    option the same first step: its graphs run eagerly while they compile. (What
+    follows is the option's test above; the session is closed here without waiting.)"""
+    _slow_compiles(monkeypatch, 2.0)
+    current = lazymlir.session.reset()
+    try:
+        current.settings.cache_dir = None
+        current.settings.eager_while_compiling = True
+        model, reference = _mlp(), _mlp()
+        forward = torch.compile(model, backend="lazymlir", dynamic=False)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        ref_opt = torch.optim.SGD(reference.parameters(), lr=0.05)
+        x, y = torch.randn(6, 8), torch.randn(6, 4)
+        assert _sgd_step(opt, forward, x, y) == pytest.approx(
+            _sgd_step(ref_opt, reference, x, y), rel=1e-5)
+        assert metrics.counter("EagerWhileCompiling") == 2
+        assert metrics.counter("UncachedCompile") == 0
+        assert current.compiles_ahead
     finally:
         lazymlir.session.reset()
 
