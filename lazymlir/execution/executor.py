@@ -469,17 +469,28 @@ class Compiled:
         elif scalars:
             inputs = list(inputs) + [target.upload(torch.tensor(s, dtype=fx_graph.SCALAR_DTYPE))
                                      for s in scalars]
+        # A failed check reruns the graph eagerly on its inputs as they were: code that
+        # updates inputs in place (torch.compile's buffer and optimizer updates) has
+        # written them by the time a check is read. The caller copies eager's new
+        # values into them, as it does for any plan that returns new buffers.
+        originals: dict[int, object] = {}
+        if self.executable.in_place and (self.flags or self.executable.checks_at_run_time):
+            originals = {i: inputs[i].clone() for i, _ in self.executable.in_place}
         try:
             outputs = self.executable.run(inputs)
         except targets.CompiledCheckFailed as failed:
             log.info("%s; running the graph eagerly", failed)
-            return EagerReference(self.graph).run(target, inputs, scalars)
+            return self._eagerly(target, inputs, scalars, originals)
         if not self.flags:
             return outputs
         flag = target.download(outputs.pop(), torch.empty((), dtype=torch.bool, device="meta"))
         if bool(flag):
-            return EagerReference(self.graph).run(target, inputs, scalars)
+            return self._eagerly(target, inputs, scalars, originals)
         return outputs
+
+    def _eagerly(self, target, inputs: list, scalars: list[float], originals: dict) -> list:
+        inputs = [originals.get(i, data) for i, data in enumerate(inputs)]
+        return EagerReference(self.graph).run(target, inputs, scalars)
 
 
 class EagerReference:

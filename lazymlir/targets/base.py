@@ -39,6 +39,8 @@ class Executable(ABC):
     # the dense copy it wrote). The caller copies whatever output is not its own tensor
     # into it, as it does the in-place updates of other plans (lazymlir/dynamo.py).
     in_place: tuple[tuple[int, int], ...] = ()
+    # Whether a run may raise CompiledCheckFailed (its code holds run-time checks).
+    checks_at_run_time: bool = False
 
     @abstractmethod
     def run(self, inputs: list) -> list:

@@ -171,6 +171,7 @@ class CpuExecutable(Executable):
         # Present when the code holds run-time checks (lowering/cpu/asserts.py): returns
         # whether one failed since the last call, and clears that.
         self._failed_checks = getattr(self._lib, _FAILED_CHECKS, None)
+        self.checks_at_run_time = self._failed_checks is not None
         if self._failed_checks is not None:
             self._failed_checks.restype = ctypes.c_int32
             self._failed_checks.argtypes = []

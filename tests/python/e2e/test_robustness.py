@@ -136,6 +136,42 @@ def test_failed_asserts_in_compiled_code_raise_eagers_error_without_checks():
         assert fallbacks == {}, (name, fallbacks)
 
 
+def test_a_failed_check_reruns_an_in_place_graph_on_its_inputs_as_they_were(monkeypatch):
+    """torch.compile's in-place input updates are written by the compiled code before
+    its checks are read: the eager rerun after a failed one must start from the
+    inputs' old values (here the check's failure is simulated after a real run)."""
+    from lazymlir.execution import executor
+    from lazymlir.targets import CompiledCheckFailed
+
+    def update(buf, x):
+        buf.add_(1)
+        return x * 2
+
+    buf, x = torch.zeros(3), torch.arange(3.)
+    compiled = torch.compile(update, backend="lazymlir", dynamic=False)
+    compiled(buf, x)  # compiles; buf is now 1
+    failed = []
+    real_run = executor.Compiled.run
+
+    def run(self, target, inputs, scalars):
+        if self.executable.in_place and not failed:
+            real = self.executable.run
+
+            def run_then_fail(inputs):
+                real(inputs)  # writes buf + 1 into buf
+                failed.append(True)
+                raise CompiledCheckFailed("simulated")
+            monkeypatch.setattr(self.executable, "checks_at_run_time", True, raising=False)
+            monkeypatch.setattr(self.executable, "run", run_then_fail, raising=False)
+        return real_run(self, target, inputs, scalars)
+
+    monkeypatch.setattr(executor.Compiled, "run", run)
+    out = compiled(buf, x)
+    assert failed, "the in-place graph did not run"
+    assert buf.tolist() == [2.0, 2.0, 2.0]  # eager's: 1 + 1, not 1 + 1 + 1
+    assert out.tolist() == [0.0, 2.0, 4.0]
+
+
 def test_checks_can_be_turned_off():
     from lazymlir import config
 
