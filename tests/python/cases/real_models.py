@@ -29,6 +29,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
+# The BatchNorm networks (MobileNet, EfficientNet, DenseNet) take 64x64 inputs: at 32x32
+# their last stages run at 1x1, where BatchNorm normalizes two values per channel (batch
+# 2) and its backward amplifies rounding so much that eager float64 and eager float64 on
+# channels_last end far apart after 3 steps (EfficientNet: running_var 5.8e9 apart,
+# DenseNet 6e-6, MobileNet 3.3e-9); at 64x64 (2x2) they are 1e-11 to 1e-13 apart.
 def _classifier_batch(channels=3, size=32, classes=10, batch=2):
     return torch.randn(batch, channels, size, size), torch.randint(0, classes, (batch,))
 
@@ -104,7 +109,7 @@ def mobilenet_v3_small(width=0.25, classes=10):
     layers += [_conv_bn(cin, ch(576), 1, act=nn.Hardswish), nn.AdaptiveAvgPool2d(1),
                nn.Flatten(), nn.Linear(ch(576), 64), nn.Hardswish(), nn.Dropout(0.0),
                nn.Linear(64, classes)]
-    x, y = _classifier_batch()
+    x, y = _classifier_batch(size=64)  # at 32x32 the last stage is 1x1 (above)
     return nn.Sequential(*layers), x, y, F.cross_entropy
 
 
@@ -132,7 +137,7 @@ def efficientnet_b0(width=0.25, classes=10, drop_path=0.2):
             cin, index = ch(cout), index + 1
     layers += [_conv_bn(cin, ch(1280), 1, act=nn.SiLU), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
                nn.Linear(ch(1280), classes)]
-    x, y = _classifier_batch()
+    x, y = _classifier_batch(size=64)  # at 32x32 the last stage is 1x1 (above)
     return nn.Sequential(*layers), x, y, F.cross_entropy
 
 
@@ -343,11 +348,7 @@ def densenet121(growth=8, blocks=(6, 12, 24, 16), classes=10):
             cin //= 2
     layers += [nn.BatchNorm2d(cin), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
                nn.Linear(cin, classes)]
-    # 64x64 inputs: at 32x32 the last block runs at 1x1, where BatchNorm normalizes two
-    # values per channel and its backward amplifies rounding ~1e8-fold (eager float64
-    # against eager float64 on channels_last: 6e-6 apart after 3 steps); at 64x64 (2x2)
-    # the same comparison is 2.5e-13 apart.
-    x, y = _classifier_batch(size=64)
+    x, y = _classifier_batch(size=64)  # at 32x32 the last block is 1x1 (above)
     return nn.Sequential(*layers), x, y, F.cross_entropy
 
 
