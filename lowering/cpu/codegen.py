@@ -8,10 +8,13 @@ schedule left scalar, cleanup of the unrolled vector code); `llc` alone
 does none of it. Math calls (expf, tanhf, logf...) in loops are vectorized
 against glibc's libmvec (`-vector-library=LIBMVEC`, AVX-512/AVX2 variants)
 where the host has it; without it they stay one libm call per element.
-Large modules are split into parts (`llvm-split`; lowering/cpu/outline.py
+Large modules are cut into units (lowering/cpu/units.py: lowering/cpu/outline.py
 made each loop nest a function, identical ones once) that `opt` and `llc`
-compile in parallel processes, linked into one `.so`; their graph entry, one
-long block of calls, is compiled apart at `llc -O0` (ENTRY_BLOCK_CALLS says why). Not MLIR's
+compile in parts, in parallel processes, linked into one `.so`; their graph entry,
+one long block of calls, is compiled apart at `llc -O0` (ENTRY_BLOCK_CALLS says
+why). Given a folder, the units' object code is kept there and reused by later
+graphs (lowering/cpu/object_cache.py). Modules the units do not cover (the cuda
+emulator's kernels) are split by `llvm-split` instead. Not MLIR's
 ExecutionEngine: with the LLVM 22 Python bindings its JIT produced code that
 corrupted memory at -O1/-O2 on graphs whose IR is correct
 (docs/known-issues.md); the same IR through llc is right. A `.so` is also
