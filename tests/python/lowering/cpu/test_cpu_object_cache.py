@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import target_name
+from conftest import DEVICE, target_name
 
+from lazymlir import session
 from lazymlir.lowering.cpu import codegen as cpu_codegen, object_cache as cpu_object_cache, \
     stages as cpu_pipeline, units as cpu_units
 from lazymlir.targets.cpu import CpuExecutable
@@ -137,3 +138,29 @@ def test_unit_keys_ignore_the_names_a_module_chose():
     public = "define void @kernel() {\n  ret void\n}\ndefine void @_mlir_ciface_main() {\n" \
              "  ret void\n}\n"
     assert cpu_units.cut("; m\n" + public, "_mlir_ciface_") is None  # not a nest: not cut
+
+
+def test_the_device_keeps_nests_in_its_disk_cache(tmp_path, cut_small_modules):
+    """The execution driver hands the compiler the disk cache's object folder: a graph's
+    nests are there after its compile, and a graph sharing them compiles fewer."""
+    current = session.reset()
+    current.settings.cache_dir = str(tmp_path / "cache")
+    current.settings.compile_worker = False  # (in-process: the patched sizes apply)
+    try:
+        weights = [torch.randn(16, 16) for _ in range(NESTS)]
+        x = torch.randn(4, 16)
+
+        def layers(count: int) -> torch.Tensor:
+            y, expected = x.to(DEVICE), x
+            for w in weights[:count]:
+                y, expected = (y @ w.to(DEVICE)).relu(), (expected @ w).relu()
+            torch.testing.assert_close(y.cpu(), expected, rtol=1e-5, atol=1e-5)
+
+        layers(NESTS)
+        (objects,) = (tmp_path / "cache").glob("v-*/objects-*")
+        first, parts = len(_stored_keys(objects)), cut_small_modules()
+        assert first > 0 and parts >= 1
+        layers(NESTS - 1)  # another graph: the same nests but the last layer's
+        assert cut_small_modules() < parts
+    finally:
+        session.reset()
