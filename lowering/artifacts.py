@@ -34,7 +34,9 @@ def package(target: str, final, directory: Path, **options) -> Path:
     its LLVM dialect module in-process, without printing and parsing it again).
     `options` go to the target's backend (cuda: `emulator_source`, the graph's
     `gpu`-stage text, makes the kernel images emulator images built from it, with
-    runtime bounds checks if `emulator_verify`; lowering/gpu/backend.py)."""
+    runtime bounds checks if `emulator_verify`; lowering/gpu/backend.py; cpu:
+    `object_cache`, a folder of loop nests' object code shared by graphs,
+    lowering/cpu/object_cache.py)."""
     packer = stages.backend(target).package  # ValueError for an unknown target
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)

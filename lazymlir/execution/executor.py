@@ -317,11 +317,15 @@ def _load(target, artifact, graph: dict):
 def _options(current, target, key: str | None) -> CompileOptions:
     settings = current.settings
     root = current.dump_dirs[-1] if current.dump_dirs else settings.dump_dir
+    disk = _disk(current)
     return CompileOptions(
         target=target.name, chip=settings.cuda_chip, repro_dir=settings.repro_dir,
         dump_dir=str(Path(root) / key) if root and key else None,
         sync_location=_sync_location() if root else "<unknown>",
-        kernel_images=target.kernel_images)
+        kernel_images=target.kernel_images,
+        # (the cpu target's loop nests: a graph compiles only those no graph before it did)
+        object_cache=str(disk.objects(target.fingerprint()))
+        if disk is not None and target.name == "cpu" else None)
 
 
 # The nice value added to background compile workers (the most: 19). They then

@@ -39,11 +39,13 @@ def _choose_pipeline(text: str) -> tuple[str, str]:
     return text, pipeline
 
 
-def package(final, directory, **_options) -> dict:
+def package(final, directory, object_cache=None, **_options) -> dict:
     """`executable.so` from the llvm stage: its module when the stage ran in this process
-    (translated without printing and parsing it again), else its text."""
+    (translated without printing and parsing it again), else its text. `object_cache`:
+    a folder of loop nests' object code shared with other graphs (codegen.py)."""
     module = getattr(final, "module", None)
-    build_shared_object(module if module is not None else final_text(final), directory)
+    build_shared_object(module if module is not None else final_text(final), directory,
+                        object_cache)
     return {"files": [SO_NAME]}
 
 

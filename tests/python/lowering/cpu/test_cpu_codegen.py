@@ -1,8 +1,11 @@
-"""CPU code generation of large graphs (lowering/cpu/outline.py, lowering/cpu/codegen.py).
+"""CPU code generation of large graphs (lowering/cpu/outline.py, lowering/cpu/codegen.py,
+lowering/cpu/units.py, lowering/cpu/object_cache.py).
 
 A graph with many loop nests is outlined into one function per nest, and a large
-module is split into parts compiled by parallel `opt`/`llc` processes and linked into
-one shared object: the object must compute what the unsplit one does.
+module is cut into units (a nest each) compiled in parts by parallel `opt`/`llc`
+processes and linked into one shared object: the object must compute what the
+uncut one does. With a cache folder, a unit compiled for one graph is not compiled
+again for another.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import torch
 from conftest import target_name
 
 from lazymlir.lowering.cpu import codegen as cpu_codegen, outline as cpu_outline, \
-    stages as cpu_pipeline
+    stages as cpu_pipeline, units as cpu_units
 from lazymlir.targets.cpu import CpuExecutable
 
 pytestmark = pytest.mark.skipif(target_name() != "cpu", reason="CPU code generation")
@@ -61,8 +64,8 @@ def test_outlined_and_split_module_computes_like_eager(tmp_path, monkeypatch, sp
     text = str(llvm)
     assert text.count("llvm.func internal @main$nest") == NESTS
     so = cpu_codegen.build_shared_object(text, tmp_path)
-    splits = [c for c in commands if c[0].endswith("llvm-split")]
-    assert len(splits) == (1 if split else 0)
+    # Cut in Python: no tool parses the whole module again.
+    assert not [c for c in commands if c[0].endswith(("llvm-split", "llvm-extract"))]
     llcs = [c for c in commands if c[0].endswith("llc")]
     # Split: 3 parts of nests at -O3, and the entry (main's C interface) apart at -O0.
     assert sorted(c[1] for c in llcs) == (["-O0", "-O3", "-O3", "-O3"] if split else ["-O3"])
@@ -89,16 +92,16 @@ def test_split_module_keeps_helpers_defined_once_per_process(tmp_path, monkeypat
         "      %u0 = arith.addf %p0, %x0 : f32")
     assert "math.fpowi" in text
     split_inputs = []
-    real_separate = cpu_codegen._separate_entries
-    def separate(ll, directory):
-        split_inputs.append(ll.read_text())  # after the rewrite: what llvm-extract read
-        return real_separate(ll, directory)
+    real_cut = cpu_units.cut
+    def cut(llvm_ir, prefix):
+        split_inputs.append(llvm_ir)  # after the rewrite: what the units are cut from
+        return real_cut(llvm_ir, prefix)
 
-    monkeypatch.setattr(cpu_codegen, "_separate_entries", separate)
+    monkeypatch.setattr(cpu_units, "cut", cut)
     so = cpu_codegen.build_shared_object(
         str(cpu_pipeline.to_llvm(str(cpu_pipeline.to_loops(text)))), tmp_path)
-    # What llvm-extract and llvm-split got: the helper as an internal (one part's hidden)
-    # definition.
+    # What the cut got: the helper as an internal definition (a local function of the
+    # unit that calls it).
     assert "define linkonce_odr" not in split_inputs[0]
     assert "define internal float @__mlir_math_fpowi_f32_i64" in split_inputs[0]
     x = torch.randn(256)
@@ -118,13 +121,16 @@ def test_entry_is_cut_into_blocks_of_calls():
     assert "  call void @f(i64 1)\n  br label %lazymlir.block0\nlazymlir.block0:\n" in cut
 
 
-def test_entry_with_loops_stays_with_the_nests_at_o3(tmp_path, monkeypatch):
+@pytest.mark.parametrize("cut", [False, True])
+def test_entry_with_loops_stays_with_the_nests_at_o3(tmp_path, monkeypatch, cut):
     """Loops the outliner left in the entry (here: all of them) are the graph's work:
-    that entry is not compiled apart at -O0."""
+    that entry is not compiled apart at -O0 (cut into units or not)."""
     commands = []
     real_run = cpu_codegen._run
     monkeypatch.setattr(cpu_codegen, "_run", lambda cmd: (commands.append(cmd), real_run(cmd)))
     monkeypatch.setattr(cpu_codegen, "ENTRY_APART_MIN_BYTES", 1)
+    if cut:
+        monkeypatch.setattr(cpu_codegen, "SPLIT_MIN_BYTES", 1)
     monkeypatch.setattr(cpu_outline, "MIN_NESTS", 10 ** 6)
     loops = str(cpu_pipeline.to_loops(_loops_module()))
     assert "func.func private" not in loops
@@ -204,7 +210,8 @@ def test_split_parts_keep_the_vector_math_variants(tmp_path, monkeypatch):
     monkeypatch.setattr(cpu_codegen, "ENTRY_APART_MIN_BYTES", 1)
     monkeypatch.setattr(cpu_codegen.os, "cpu_count", lambda: 3)
     split = cpu_codegen.build_shared_object(str(cpu_pipeline.to_llvm(loops)), tmp_path / "split")
-    assert _functions_calling(split, vector_erf) == expected
+    # (named for their units' keys there)
+    assert len(_functions_calling(split, vector_erf)) == len(expected) == NESTS
     x = torch.randn(256)
     (out,) = CpuExecutable(split, [((256,), torch.float32)]).run([x])
     want = x
