@@ -9,10 +9,14 @@ stage each `cf.assert %ok, "msg"` becomes
     scf.if !%ok { atomic or of 1 into @lazymlir_assert_flag }
 
 and the module gets a public function `lazymlir_failed_asserts() -> i32` that returns
-the flag and clears it. lazymlir/targets/cpu.py calls it after every run of a graph
-whose library has it; a set flag makes the executor run the graph eagerly, as a set
-bounds-check flag does (lowering/front/checks.py): eager raises its own error, or gives
-its own result where the check was stricter than eager.
+the flag and clears it. After the LLVM conversions (`share_flag`) the flag is a weak
+hidden global: codegen.py compiles a large module's nests in separate objects, each
+with a copy of the module's globals (lowering/cpu/units.py), and weak copies link as
+one variable per library where internal ones would be one per object.
+lazymlir/targets/cpu.py calls the getter after every run of a graph whose library has
+it; a set flag makes the executor run the graph eagerly, as a set bounds-check flag
+does (lowering/front/checks.py): eager raises its own error, or gives its own result
+where the check was stricter than eager.
 
 Why a global and not the graph's check-flag output: the asserts appear inside
 torch-mlir's lowerings, far below the fx graph where check flags are added, and in
@@ -66,3 +70,17 @@ def flag_asserts(module) -> int:
                 value = memref.AtomicRMWOp(arith.AtomicRMWKind.assign, zero, flag, []).result
                 func.ReturnOp([value])
     return len(asserts)
+
+
+def share_flag(module) -> None:
+    """The flag's `llvm.mlir.global` (private after finalize-memref-to-llvm) made weak
+    and hidden: one variable per shared library, however the module is cut."""
+    from mlir import ir
+
+    with module.context:
+        for op in module.body.operations:
+            if op.operation.name == "llvm.mlir.global" and \
+                    op.attributes["sym_name"].value == _FLAG_GLOBAL:
+                op.attributes["linkage"] = ir.Attribute.parse("#llvm.linkage<weak>")
+                op.attributes["visibility_"] = ir.IntegerAttr.get(
+                    ir.IntegerType.get_signless(64), 1)  # hidden

@@ -34,7 +34,7 @@ from functools import cache
 from pathlib import Path
 
 from ...support import toolchain
-from . import object_cache, parallel, units, vector_math
+from . import asserts, object_cache, parallel, units, vector_math
 from .c_interface import PREFIX as ENTRY_PREFIX
 
 SO_NAME = "executable.so"
@@ -400,7 +400,8 @@ def build_shared_object(llvm_dialect, directory: Path,
     if len(llvm_ir) >= SPLIT_MIN_BYTES:
         llvm_ir = _localize_linkonce(llvm_ir)
         if len(llvm_ir) >= ENTRY_APART_MIN_BYTES:
-            module = units.cut(llvm_ir, ENTRY_PREFIX)
+            # (the run-time checks' flag getter is public too: an entry like the graph's)
+            module = units.cut(llvm_ir, ENTRY_PREFIX, also=(asserts.FLAG_FUNCTION,))
     if module is not None:
         ll_file.unlink(missing_ok=True)
         objects = _compile_units(module, directory, target,

@@ -142,6 +142,7 @@ def to_llvm(text: str):
 
     module = run_pipeline(UPSTREAM, text, LLVM_PIPELINE, before=before)
     outline.apply_noalias(module, noalias)
+    asserts.share_flag(module)
     with module.context:
         c_interface.fold_into_c_interfaces(module)
     return module

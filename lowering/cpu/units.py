@@ -77,9 +77,9 @@ def _line_at(text: str, start: int) -> str:
     return text[start:] if end < 0 else text[start:end]
 
 
-def cut(llvm_ir: str, entry_prefix: str) -> Module | None:
-    """The module's entries (public functions named `entry_prefix`...) and other
-    functions, or None if it has no entry or a shape the units do not cover."""
+def cut(llvm_ir: str, entry_prefix: str, also: tuple[str, ...] = ()) -> Module | None:
+    """The module's entries (public functions named `entry_prefix`..., or one of `also`)
+    and other functions, or None if it has no entry or a shape the units do not cover."""
     pieces, entries, functions = [], [], {}
     position = 0
     while True:
@@ -96,7 +96,8 @@ def cut(llvm_ir: str, entry_prefix: str) -> Module | None:
         if found is None:
             return None
         function = Function(found.group(1), text)
-        if found.group(1).strip('"').startswith(entry_prefix) and not _LOCAL.match(head):
+        name = found.group(1).strip('"')
+        if (name.startswith(entry_prefix) or name in also) and not _LOCAL.match(head):
             entries.append(function)
         elif _LOCAL.match(head):
             functions[function.name] = function

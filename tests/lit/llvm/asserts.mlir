@@ -21,7 +21,7 @@ module {
     return
   }
 }
-// CHECK: llvm.mlir.global private @lazymlir_assert_flag(0 : i32)
+// CHECK: llvm.mlir.global weak hidden @lazymlir_assert_flag(0 : i32)
 // CHECK-LABEL: llvm.func @_mlir_ciface_main(
 // CHECK-NOT: abort
 // CHECK: %[[FLAG:.*]] = llvm.mlir.addressof @lazymlir_assert_flag

@@ -93,9 +93,9 @@ def test_split_module_keeps_helpers_defined_once_per_process(tmp_path, monkeypat
     assert "math.fpowi" in text
     split_inputs = []
     real_cut = cpu_units.cut
-    def cut(llvm_ir, prefix):
+    def cut(llvm_ir, prefix, **kwargs):
         split_inputs.append(llvm_ir)  # after the rewrite: what the units are cut from
-        return real_cut(llvm_ir, prefix)
+        return real_cut(llvm_ir, prefix, **kwargs)
 
     monkeypatch.setattr(cpu_units, "cut", cut)
     so = cpu_codegen.build_shared_object(
@@ -218,3 +218,54 @@ def test_split_parts_keep_the_vector_math_variants(tmp_path, monkeypatch):
     for k in range(NESTS):
         want = torch.erf(want + x) + k
     torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
+
+
+# The child: _loops_module's nests with a run-time assert in the last one (x < 1e6),
+# cut into units and parts; a failed assert must be seen through the flag however the
+# nests were cut (lowering/cpu/asserts.py), the flag cleared by reading it. In a child
+# process: an assert that still reached abort() would kill the test run.
+_ASSERT_CHILD = """
+import sys, torch
+sys.path[:0] = sys.argv[2:]
+from test_cpu_codegen import _loops_module, NESTS
+from lazymlir.lowering.cpu import codegen, stages, units
+from lazymlir.targets.base import CompiledCheckFailed
+from lazymlir.targets.cpu import CpuExecutable
+codegen.SPLIT_MIN_BYTES = codegen.ENTRY_APART_MIN_BYTES = 1
+codegen.os.cpu_count = lambda: 3
+cuts = []
+real_cut = units.cut
+units.cut = lambda *a, **k: cuts.append(real_cut(*a, **k)) or cuts[-1]
+k = NESTS - 1
+text = _loops_module().replace(
+    f"memref.store %w{k}, %tmp[%i{k}]",
+    f"%big{k} = arith.constant 1.0e6 : f32\\n      %ok{k} = arith.cmpf olt, %x{k}, %big{k} : f32\\n"
+    f"      cf.assert %ok{k}, \\"too large\\"\\n      memref.store %w{k}, %tmp[%i{k}]")
+assert "cf.assert" in text
+so = codegen.build_shared_object(str(stages.to_llvm(str(stages.to_loops(text)))), sys.argv[1])
+assert cuts and cuts[-1] is not None, "not cut into units"
+run = CpuExecutable(so, [((256,), torch.float32)]).run
+outcomes = []
+for big in (False, True, False):
+    x = torch.randn(256)
+    if big:
+        x[7] = 2e6
+    try:
+        (out,) = run([x])
+        outcomes.append(bool(torch.allclose(out, x * (NESTS + 1) + sum(range(NESTS)))))
+    except CompiledCheckFailed:
+        outcomes.append("failed")
+print(outcomes)
+"""
+
+
+def test_a_failed_assert_is_seen_in_a_module_cut_into_units(tmp_path):
+    import sys
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    done = subprocess.run([sys.executable, "-c", _ASSERT_CHILD, str(tmp_path), str(here),
+                           str(here.parent.parent)], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "[True, 'failed', True]", done.stdout
