@@ -461,6 +461,11 @@ class Compiled:
         self.flags = flags
 
     def run(self, target, inputs: list, scalars: list[float]) -> list:
+        executable = self.executable
+        if executable.takes_scalars:
+            outputs = executable.run(inputs, scalars)
+            return outputs if not self.flags else self._checked(target, outputs, inputs,
+                                                                scalars)
         if scalars and target.plain_cpu_tensors:
             # One tensor for every scalar input, its elements as 0-d views: an AdamW step
             # of the small GPT has 214 scalars, 9 us each as tensors of their own.
@@ -469,9 +474,12 @@ class Compiled:
         elif scalars:
             inputs = list(inputs) + [target.upload(torch.tensor(s, dtype=fx_graph.SCALAR_DTYPE))
                                      for s in scalars]
-        outputs = self.executable.run(inputs)
+        outputs = executable.run(inputs)
         if not self.flags:
             return outputs
+        return self._checked(target, outputs, inputs, scalars)
+
+    def _checked(self, target, outputs: list, inputs: list, scalars: list[float]) -> list:
         flag = target.download(outputs.pop(), torch.empty((), dtype=torch.bool, device="meta"))
         if bool(flag):
             return EagerReference(self.graph).run(target, inputs, scalars)

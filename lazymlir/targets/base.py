@@ -32,6 +32,9 @@ class Executable(ABC):
     # the dense copy it wrote). The caller copies whatever output is not its own tensor
     # into it, as it does the in-place updates of other plans (lazymlir/dynamo.py).
     in_place: tuple[tuple[int, int], ...] = ()
+    # run(inputs, scalars) takes the graph's scalar inputs as Python floats (else the
+    # caller passes them as 0-d float64 buffers after the inputs).
+    takes_scalars = False
 
     @abstractmethod
     def run(self, inputs: list) -> list:
