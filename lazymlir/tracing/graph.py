@@ -205,7 +205,8 @@ _NODE_INFOS: dict = {}
 # step) takes its key with one dict lookup (the content compared in full, in C) instead
 # of writing the content out and hashing it (~0.4 ms of a 1074-node GPT step).
 _KEYS: dict = {}
-_KEYS_LIMIT = 256
+_KEYS_BUDGET = 1 << 21  # places and texts kept in _KEYS at most (~16 MiB of references)
+_keys_size = 0
 
 
 def _node_info(node: Node, static_scalar_ops, infos: dict) -> tuple[str, bool]:
@@ -301,7 +302,14 @@ def graph_key(targets: list[LazyValue], target: str, static_scalar_ops=frozenset
     if key is None:
         canonical = repr((fx_graph.FORMAT, fx_graph.VERSION, input_texts, len(scalars), flat))
         key = "k" + hashlib.sha256(f"{target}\n{canonical}".encode()).hexdigest()[:15]
-        if len(_KEYS) >= _KEYS_LIMIT:
-            _KEYS.clear()
-        _KEYS[content] = key
+        _remember_key(content, key, len(flat) + len(input_texts))
     return key, inputs, scalars, len(ordered)
+
+
+def _remember_key(content: tuple, key: str, size: int) -> None:
+    global _keys_size
+    if _keys_size + size > _KEYS_BUDGET:
+        _KEYS.clear()
+        _keys_size = 0
+    _KEYS[content] = key
+    _keys_size += size
