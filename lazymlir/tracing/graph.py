@@ -280,17 +280,26 @@ def graph_key(targets: list[LazyValue], target: str, static_scalar_ops=frozenset
             _NODE_INFOS.clear()
         infos = _NODE_INFOS[frozenset(static_scalar_ops)] = {}
     info_of = infos.get
+    add_scalar = scalars.append
     for node in ordered:
         info = info_of(node.static)  # (a None token is never stored)
         if info is None:
             info = _node_info(node, static_scalar_ops, infos)
         text, lift = info
         push(text)
-        for a in node.args:
-            if type(a) is LazyValue and a.node is not None:  # the common case, inline
-                push(node_index[a.node.seq])
-                push(a.index)
-            else:
+        for a in node.args:  # where(a, lift), its common cases inline
+            t = type(a)
+            if t is LazyValue:
+                producer = a.node
+                if producer is not None:
+                    push(node_index[producer.seq])
+                    push(a.index)
+                else:
+                    where(a, lift)
+            elif t is float:
+                if lift:
+                    add_scalar(a)
+            elif t is list or t is tuple:
                 where(a, lift)
         if node.kwargs:
             for v in node.kwargs.values():
