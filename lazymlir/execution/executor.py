@@ -465,23 +465,20 @@ class Compiled:
         self.flags = flags
 
     def run(self, target, inputs: list, scalars: list[float]) -> list:
-        if scalars and target.plain_cpu_tensors:
-            # One tensor for every scalar input, its elements as 0-d views: an AdamW step
-            # of the small GPT has 214 scalars, 9 us each as tensors of their own.
-            inputs = list(inputs) + list(torch.tensor(scalars, dtype=fx_graph.SCALAR_DTYPE)
-                                         .unbind())
-        elif scalars:
-            inputs = list(inputs) + [target.upload(torch.tensor(s, dtype=fx_graph.SCALAR_DTYPE))
-                                     for s in scalars]
+        executable = self.executable
         # A failed check reruns the graph eagerly on its inputs as they were: code that
         # updates inputs in place (torch.compile's buffer and optimizer updates) has
         # written them by the time a check is read. The caller copies eager's new
         # values into them, as it does for any plan that returns new buffers.
         originals: dict[int, object] = {}
-        if self.executable.in_place and (self.flags or self.executable.checks_at_run_time):
-            originals = {i: inputs[i].clone() for i, _ in self.executable.in_place}
+        if executable.in_place and (self.flags or executable.checks_at_run_time):
+            originals = {i: inputs[i].clone() for i, _ in executable.in_place}
         try:
-            outputs = self.executable.run(inputs)
+            if executable.takes_scalars:
+                outputs = executable.run(inputs, scalars)
+            else:
+                inputs = self._with_scalars(target, inputs, scalars)
+                outputs = executable.run(inputs)
         except targets.CompiledCheckFailed as failed:
             log.info("%s; running the graph eagerly", failed)
             return self._eagerly(target, inputs, scalars, originals)
@@ -491,6 +488,19 @@ class Compiled:
         if bool(flag):
             return self._eagerly(target, inputs, scalars, originals)
         return outputs
+
+    @staticmethod
+    def _with_scalars(target, inputs: list, scalars: list[float]) -> list:
+        """The scalar inputs as 0-d float64 buffers after the inputs."""
+        if scalars and target.plain_cpu_tensors:
+            # One tensor for every scalar input, its elements as 0-d views: an AdamW step
+            # of the small GPT has 214 scalars, 9 us each as tensors of their own.
+            return list(inputs) + list(torch.tensor(scalars, dtype=fx_graph.SCALAR_DTYPE)
+                                       .unbind())
+        if scalars:
+            return list(inputs) + [target.upload(torch.tensor(s, dtype=fx_graph.SCALAR_DTYPE))
+                                   for s in scalars]
+        return inputs
 
     def _eagerly(self, target, inputs: list, scalars: list[float], originals: dict) -> list:
         inputs = [originals.get(i, data) for i, data in enumerate(inputs)]

@@ -51,20 +51,21 @@ class FailedInput(Exception):
 
 
 class Run:
-    """One launched graph: `wait()` returns once it has run and its outputs are bound."""
+    """One launched graph; `done()` once it has run and its outputs are bound (its
+    runner's `wait_for` waits for that)."""
 
-    __slots__ = ("label", "error", "_done")
+    # A flag the runner sets under its lock, not a threading.Event: an Event is a
+    # Condition and a lock made in Python, ~26 us of a small graph's mark_step() with
+    # the caches cold after tracing; the runner's condition already wakes waiters.
+    __slots__ = ("label", "error", "finished")
 
     def __init__(self, label: str):
         self.label = label
         self.error: BaseException | None = None
-        self._done = threading.Event()
+        self.finished = False
 
     def done(self) -> bool:
-        return self._done.is_set()
-
-    def wait(self) -> None:
-        self._done.wait()
+        return self.finished
 
 
 class Runner:
@@ -82,7 +83,14 @@ class Runner:
         self._start_thread = thread
         self._queue: collections.deque = collections.deque()
         self._claimed = False  # the head is being run (by the execution thread or not)
-        self._changed = threading.Condition()
+        # One lock, two conditions: `_changed` wakes the threads waiting for runs to
+        # finish, `_work` the execution thread when there is a run it may take. Waking
+        # the execution thread when a run ends and nothing is queued (a step's
+        # `mark_step(); wait()`, whose run the waiting thread took) only made it sleep
+        # again: two scheduler round trips per step on a busy machine.
+        lock = threading.RLock()
+        self._changed = threading.Condition(lock)
+        self._work = threading.Condition(lock)
         self._thread: threading.Thread | None = None
         self._unreported: list[Run] = []
         self._threads = 0  # the OpenMP thread count set on the execution thread
@@ -100,7 +108,7 @@ class Runner:
                                                 daemon=True)
                 self._thread.start()
             self._queue.append((run, job, done, threads))
-            self._changed.notify_all()
+            self._work.notify()
 
     def wait_for(self, run: Run) -> None:
         """Return once `run` has finished."""
@@ -128,7 +136,7 @@ class Runner:
             thread, self._thread = self._thread, None
             if thread is not None:
                 self._queue.append(None)
-                self._changed.notify_all()
+                self._work.notify()
         if thread is not None and thread is not threading.current_thread():
             thread.join()
         for run in self._unreported:
@@ -160,8 +168,10 @@ class Runner:
             with self._changed:
                 self._queue.popleft()
                 self._claimed = False
-                run._done.set()
+                run.finished = True
                 self._changed.notify_all()
+                if self._queue:  # the next run, for the execution thread
+                    self._work.notify()
         if on_user_thread and run.error is not None and not isinstance(run.error, Exception):
             raise run.error  # an interrupt (Ctrl-C) of a run on the user's thread
 
@@ -169,7 +179,7 @@ class Runner:
         while True:
             with self._changed:
                 while not self._queue or self._claimed:
-                    self._changed.wait()
+                    self._work.wait()
                 item = self._claim()
             if item is None:
                 with self._changed:

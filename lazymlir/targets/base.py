@@ -41,6 +41,9 @@ class Executable(ABC):
     in_place: tuple[tuple[int, int], ...] = ()
     # Whether a run may raise CompiledCheckFailed (its code holds run-time checks).
     checks_at_run_time: bool = False
+    # run(inputs, scalars) takes the graph's scalar inputs as Python floats (else the
+    # caller passes them as 0-d float64 buffers after the inputs).
+    takes_scalars = False
 
     @abstractmethod
     def run(self, inputs: list) -> list:

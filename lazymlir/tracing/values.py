@@ -221,14 +221,28 @@ def live_tensors() -> list[LazyTensor]:
 
 
 def live_pending_values() -> list[LazyValue]:
+    # The sweep and the walk in one pass over the references (mark_step's first step).
+    global _sweep_at
+    if session.current() is not _live_owner:
+        return []
     seen: dict[int, tuple[int, int, LazyValue]] = {}
-    for tensor in live_tensors():
+    live = _live
+    n = len(live)  # (references appended meanwhile by another thread stay, unswept)
+    kept = []
+    keep = kept.append
+    for ref in live[:n]:
+        tensor = ref()
+        if tensor is None:
+            continue
+        keep(ref)
         value = tensor._lazy
         # One read of `node`: another thread's sync may launch the value (node -> None)
         # between a check and a later read.
         node = value.node
-        if node is not None:
-            seen.setdefault(id(value), (node.seq, value.index, value))
+        if node is not None and id(value) not in seen:
+            seen[id(value)] = (node.seq, value.index, value)
+    live[:n] = kept
+    _sweep_at = max(4096, 2 * len(live))
     # Trace order, not WeakSet order: the graph (and so its hash) must not
     # depend on where tensors happen to sit in memory.
     return [value for _, _, value in sorted(seen.values(), key=lambda e: e[:2])]
