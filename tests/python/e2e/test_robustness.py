@@ -157,8 +157,8 @@ def test_a_failed_check_reruns_an_in_place_graph_on_its_inputs_as_they_were(monk
         if self.executable.in_place and not failed:
             real = self.executable.run
 
-            def run_then_fail(inputs):
-                real(inputs)  # writes buf + 1 into buf
+            def run_then_fail(*args):
+                real(*args)  # writes buf + 1 into buf
                 failed.append(True)
                 raise CompiledCheckFailed("simulated")
             monkeypatch.setattr(self.executable, "checks_at_run_time", True, raising=False)
