@@ -24,13 +24,14 @@ BLOCK_OPS = 256
 _ENTRY_ONLY = ("memref.alloca",)
 
 
-def split_entry_blocks(module, block_ops: int = BLOCK_OPS) -> int:
+def split_entry_blocks(module, block_ops: int | None = None) -> int:
     """Cut each public function of `module` whose body is one block of more than
-    `block_ops` ops into blocks of `block_ops` ops chained by `cf.br` (in place, in the
-    module's context). Returns the number of blocks added."""
+    `block_ops` (default BLOCK_OPS) ops into blocks of `block_ops` ops chained by `cf.br`
+    (in place, in the module's context). Returns the number of blocks added."""
     from mlir import ir
     from mlir.dialects import cf
 
+    block_ops = block_ops or BLOCK_OPS
     added = 0
     for func in module.body.operations:
         if func.operation.name != "func.func" or "sym_visibility" in func.attributes:
