@@ -37,8 +37,6 @@ TAG = "lazymlir.outline"
 NOALIAS = "lazymlir.noalias_args"
 # Below this many top-level nests the whole function is small: nothing to gain.
 MIN_NESTS = 8
-# Nests outlined per transform script (outline_loop_nests says why not all at once).
-BATCH = 64
 # The loops outlined: sequential nests, and parallel ones before they become OpenMP
 # regions (lowering/cpu/parallel.py).
 NEST_OPS = ("scf.for", "scf.forall")
@@ -46,60 +44,83 @@ NEST_OPS = ("scf.for", "scf.forall")
 
 def outline_loop_nests(module: ir.Module) -> int:
     """Outline the top-level scf.for nests of `module`'s public functions; returns how many."""
-    tagged: list[str] = []
-    for func in module.body.operations:
+    functions: dict = {}
+    count = 0
+    for func in list(module.body.operations):
         if func.operation.name != "func.func" or not func.regions[0].blocks:
             continue
         if "sym_visibility" in func.operation.attributes:
             continue  # private helpers (math outlined by convert-math-to-funcs...)
-        name = ir.StringAttr(func.operation.attributes["sym_name"]).value
         nests = [op for op in func.regions[0].blocks[0].operations
                  if op.operation.name in NEST_OPS]
         if len(nests) < MIN_NESTS:
             continue
         _constants_per_nest(func, nests)
-        for nest in nests:
-            nest.operation.attributes[TAG] = ir.IntegerAttr.get(
-                ir.IntegerType.get_signless(64), len(tagged) // BATCH)
-            tagged.append(f"{name}$nest{len(tagged)}")
-    if not tagged:
+        functions.update(_outline(module, func, nests, tag=len(functions)))
+        count += len(nests)
+    if not functions:
         return 0
-    # The nests are outlined BATCH at a time, each batch by one match of its tag split
-    # into a handle per nest (they come in the order they were tagged: the walk's).
-    # Linear in the nests: a match per nest walks the whole module, and the interpreter
-    # checks every live handle when one is consumed (both quadratic: minutes for the
-    # thousands of nests of a DenseNet-121 training step).
-    for first in range(0, len(tagged), BATCH):
-        names = tagged[first:first + BATCH]
-        body = (
-            f"    %all = transform.structured.match attributes{{{TAG} = {first // BATCH} : i64}}"
-            f" in %root : (!transform.any_op) -> !transform.any_op\n"
-            f"    {', '.join(f'%l{i}' for i in range(len(names)))} = transform.split_handle "
-            f"%all : (!transform.any_op) -> ({', '.join(['!transform.any_op'] * len(names))})\n"
-            + "".join(
-                f"    %f{i}, %c{i} = transform.loop.outline %l{i} {{func_name = \"{name}\"}} "
-                f": (!transform.any_op) -> (!transform.any_op, !transform.any_op)\n"
-                for i, name in enumerate(names)))
-        script = ir.Module.parse(
-            "module attributes {transform.with_named_sequence} {\n"
-            "  transform.named_sequence @__transform_main("
-            "%root: !transform.any_op {transform.readonly}) {\n" + body +
-            "    transform.yield\n  }\n}\n")
-        interpreter.apply_named_sequence(module.operation, script.body.operations[0], script)
-    outlined = set(tagged)
-    functions = {}
-    for func in module.body.operations:
-        if func.operation.name == "func.func" and \
-                ir.StringAttr(func.operation.attributes["sym_name"]).value in outlined:
-            functions[ir.StringAttr(func.operation.attributes["sym_name"]).value] = func
-            func.operation.attributes["sym_visibility"] = ir.StringAttr.get("private")
-            func.operation.attributes["llvm.linkage"] = ir.Attribute.parse(
-                "#llvm.linkage<internal>")
-            func.operation.attributes["passthrough"] = ir.ArrayAttr.get(
-                [ir.StringAttr.get("noinline")])
+    for func in functions.values():
+        func.operation.attributes["sym_visibility"] = ir.StringAttr.get("private")
+        func.operation.attributes["llvm.linkage"] = ir.Attribute.parse(
+            "#llvm.linkage<internal>")
+        func.operation.attributes["passthrough"] = ir.ArrayAttr.get(
+            [ir.StringAttr.get("noinline")])
     _constants_into_callees(module, functions)
     _merge_identical(module, functions)
-    return len(tagged)
+    return count
+
+
+def _outline(module: ir.Module, func, nests: list, tag: int) -> dict:
+    """Outline `nests` (top-level loops of `func`) into functions `<func>$nest<k>`;
+    returns them by name. `tag` marks the nests for the match (unique per call).
+
+    One `transform.loop.outline` of one handle holding every nest: the op builds the
+    module's symbol table once per application (a handle per nest built it per nest,
+    quadratic in the nests: 3.6 s for the 5066 nests of a DenseNet-121 training step),
+    and the interpreter checks every live handle when one is consumed (quadratic again
+    with a handle per nest). The functions come named `<prefix>`, `<prefix>_0`, ... by
+    the symbol table in the nests' order (each inserted before `func`); they are renamed
+    after their position, as are the calls."""
+    name = ir.StringAttr(func.operation.attributes["sym_name"]).value
+    for nest in nests:
+        nest.operation.attributes[TAG] = ir.IntegerAttr.get(
+            ir.IntegerType.get_signless(64), tag)
+    before = {op.operation for op in module.body.operations}
+    prefix = f"{name}$outlined"
+    script = ir.Module.parse(
+        "module attributes {transform.with_named_sequence} {\n"
+        "  transform.named_sequence @__transform_main("
+        "%root: !transform.any_op {transform.readonly}) {\n"
+        f"    %all = transform.structured.match attributes{{{TAG} = {tag} : i64}}"
+        " in %root : (!transform.any_op) -> !transform.any_op\n"
+        f"    %f, %c = transform.loop.outline %all {{func_name = \"{prefix}\"}} "
+        ": (!transform.any_op) -> (!transform.any_op, !transform.any_op)\n"
+        "    transform.yield\n  }\n}\n")
+    interpreter.apply_named_sequence(module.operation, script.body.operations[0], script)
+    created = [op for op in module.body.operations
+               if op.operation not in before and op.operation.name == "func.func"]
+    if len(created) != len(nests):
+        raise RuntimeError(f"outlining {len(nests)} loop nests of @{name} made "
+                           f"{len(created)} functions")
+    taken = {ir.StringAttr(op.operation.attributes["sym_name"]).value
+             for op in module.body.operations if "sym_name" in op.operation.attributes}
+    renamed, outlined = {}, {}
+    k = 0
+    for op in created:
+        while f"{name}$nest{k}" in taken:
+            k += 1
+        old = ir.StringAttr(op.operation.attributes["sym_name"]).value
+        renamed[old] = new = f"{name}$nest{k}"
+        taken.add(new)
+        op.operation.attributes["sym_name"] = ir.StringAttr.get(new)
+        outlined[new] = op
+    for call in walk(func.operation):
+        if call.name == "func.call":
+            callee = ir.FlatSymbolRefAttr(call.attributes["callee"]).value
+            if callee in renamed:
+                call.attributes["callee"] = ir.FlatSymbolRefAttr.get(renamed[callee])
+    return outlined
 
 
 def _constants_per_nest(func, nests: list) -> None:
@@ -158,8 +179,7 @@ def _merge_identical(module: ir.Module, functions: dict) -> None:
             first[key] = name
     if not replaced:
         return
-    calls = [op for op in walk(module.operation) if op.name == "func.call"]
-    for op in calls:
+    for op in _calls_outside(module, functions):
         callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
         if callee in replaced:
             op.attributes["callee"] = ir.FlatSymbolRefAttr.get(replaced[callee])
@@ -167,19 +187,21 @@ def _merge_identical(module: ir.Module, functions: dict) -> None:
         functions.pop(name).operation.erase()
 
 
+def _calls_outside(module: ir.Module, functions: dict) -> list:
+    """The func.call ops of `module` outside the bodies of `functions` (which call
+    nothing outlined: their own calls are math helpers): the walk skips the bodies,
+    most of the module."""
+    outlined = {func.operation for func in functions.values()}
+    return [op for op in walk(module.operation, skip=lambda op: op in outlined)
+            if op.name == "func.call"]
+
+
 def _constants_into_callees(module: ir.Module, functions: dict) -> None:
     """The outliner passes every value defined outside a nest as an argument, its loop
     bounds and constant indices included: inside the function they are unknown, and
     LLVM compiled the nests with runtime trip counts (3x the code). Each nest has one
     call, so the constants it receives are cloned into its body instead."""
-    calls: list[ir.Operation] = []
-
-    def collect(op: ir.Operation) -> None:
-        if op.name == "func.call":  # in the scf.execute_region the outliner leaves
-            calls.append(op)
-
-    for op in walk(module.operation):
-        collect(op)
+    calls = _calls_outside(module, functions)
     for op in calls:
         callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
         if callee not in functions:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import re
 
-from . import asserts, bf16_rounding, c_interface, outline, parallel, schedule
+from . import asserts, bf16_rounding, c_interface, entry_blocks, outline, parallel, schedule
 from ..bufferize import buffer_copies
 from ..mlir_runner import UPSTREAM, run_pipeline
 
@@ -139,6 +139,8 @@ def to_llvm(text: str):
         noalias.update(outline.noalias_plan(module))
         # No __truncdfbf2 to link against: double -> bfloat16 goes through float.
         bf16_rounding.split_double_to_bfloat16(module)
+        # A big graph's entry in blocks: the conversions are quadratic in a block's length.
+        entry_blocks.split_entry_blocks(module)
 
     module = run_pipeline(UPSTREAM, text, LLVM_PIPELINE, before=before)
     outline.apply_noalias(module, noalias)

@@ -16,8 +16,8 @@ import pytest
 import torch
 from conftest import target_name
 
-from lazymlir.lowering.cpu import codegen as cpu_codegen, outline as cpu_outline, \
-    stages as cpu_pipeline, units as cpu_units
+from lazymlir.lowering.cpu import codegen as cpu_codegen, entry_blocks, \
+    outline as cpu_outline, stages as cpu_pipeline, units as cpu_units
 from lazymlir.targets.cpu import CpuExecutable
 
 pytestmark = pytest.mark.skipif(target_name() != "cpu", reason="CPU code generation")
@@ -57,12 +57,17 @@ def test_outlined_and_split_module_computes_like_eager(tmp_path, monkeypatch, sp
     real_run = cpu_codegen._run
     monkeypatch.setattr(cpu_codegen, "_run", lambda cmd: (commands.append(cmd), real_run(cmd)))
     if split:  # small enough to stay whole by default: force 3 parts
+        # and an entry in blocks of 4 ops (entry_blocks.py), as a big graph's is
+        monkeypatch.setattr(entry_blocks, "BLOCK_OPS", 4)
         monkeypatch.setattr(cpu_codegen, "SPLIT_MIN_BYTES", 1)
         monkeypatch.setattr(cpu_codegen, "ENTRY_APART_MIN_BYTES", 1)
         monkeypatch.setattr(cpu_codegen.os, "cpu_count", lambda: 3)
     llvm = cpu_pipeline.to_llvm(str(cpu_pipeline.to_loops(_loops_module())))
     text = str(llvm)
     assert text.count("llvm.func internal @main$nest") == NESTS
+    entry = text[text.index("@_mlir_ciface_main"):]
+    # (two branches in any entry: from the packed arguments, and into the folded body)
+    assert entry.count("llvm.br ^bb") == (9 if split else 2)
     so = cpu_codegen.build_shared_object(text, tmp_path)
     # Cut in Python: no tool parses the whole module again.
     assert not [c for c in commands if c[0].endswith(("llvm-split", "llvm-extract"))]
