@@ -15,6 +15,7 @@ import subprocess
 import pytest
 import torch
 from conftest import target_name
+from loop_nests import bufferized_nests
 
 from lazymlir.lowering.cpu import codegen as cpu_codegen, entry_blocks, \
     outline as cpu_outline, stages as cpu_pipeline, units as cpu_units
@@ -29,26 +30,7 @@ def _loops_module(distinct: bool = True) -> str:
     """`main(x, out)`: out = x * (NESTS + 1) (+ 0 + 1 + ... + NESTS - 1 if `distinct`)
     after NESTS nests, through a temporary; without `distinct`, nests 1.. are the same.
     Bufferized-stage IR: cpu_pipeline.to_loops outlines the nests."""
-    nests = []
-    for k in range(NESTS):
-        source = "%arg0" if k == 0 else "%tmp"
-        add = (f"%k{k} = arith.constant {k}.0 : f32\n      %w{k} = arith.addf %u{k}, %k{k} : f32"
-               if distinct else f"%w{k} = arith.maximumf %u{k}, %u{k} : f32")  # = u
-        nests.append(f"""    scf.for %i{k} = %c0 to %c256 step %c1 {{
-      %v{k} = memref.load {source}[%i{k}] : memref<256xf32>
-      %x{k} = memref.load %arg0[%i{k}] : memref<256xf32>
-      %u{k} = arith.addf %v{k}, %x{k} : f32
-      {add}
-      memref.store %w{k}, %tmp[%i{k}] : memref<256xf32>
-    }}""")
-    return ("// lazymlir-stage: bufferized\nmodule {\n"
-            "  func.func @main(%arg0: memref<256xf32>, %arg1: memref<256xf32>) {\n"
-            "    %c0 = arith.constant 0 : index\n    %c1 = arith.constant 1 : index\n"
-            "    %c256 = arith.constant 256 : index\n"
-            "    %tmp = memref.alloc() {alignment = 64 : i64} : memref<256xf32>\n"
-            + "\n".join(nests) + "\n"
-            "    memref.copy %tmp, %arg1 : memref<256xf32> to memref<256xf32>\n"
-            "    return\n  }\n}\n")
+    return bufferized_nests([float(k) if distinct else None for k in range(NESTS)])
 
 
 @pytest.mark.parametrize("split", [False, True])
@@ -270,7 +252,8 @@ def test_a_failed_assert_is_seen_in_a_module_cut_into_units(tmp_path):
 
     here = Path(__file__).resolve().parent
     done = subprocess.run([sys.executable, "-c", _ASSERT_CHILD, str(tmp_path), str(here),
-                           str(here.parent.parent)], capture_output=True, text=True,
+                           str(here.parent.parent), str(here.parent.parent / "cases")],
+                          capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == "[True, 'failed', True]", done.stdout

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import DEVICE, target_name
+from loop_nests import bufferized_nests
 
 from lazymlir import session
 from lazymlir.lowering.cpu import codegen as cpu_codegen, object_cache as cpu_object_cache, \
@@ -23,27 +24,7 @@ NESTS = 8  # (outline.MIN_NESTS: fewer stay in the entry)
 def _llvm(adds: list[float]) -> str:
     """The llvm stage of `main(x, out)`: out = x * (NESTS + 1) + sum(adds), one nest
     per term (nest k adds x and adds[k])."""
-    nests = []
-    for k, add in enumerate(adds):
-        source = "%arg0" if k == 0 else "%tmp"
-        nests.append(f"""    scf.for %i{k} = %c0 to %c256 step %c1 {{
-      %v{k} = memref.load {source}[%i{k}] : memref<256xf32>
-      %x{k} = memref.load %arg0[%i{k}] : memref<256xf32>
-      %u{k} = arith.addf %v{k}, %x{k} : f32
-      %k{k} = arith.constant {add} : f32
-      %w{k} = arith.addf %u{k}, %k{k} : f32
-      memref.store %w{k}, %tmp[%i{k}] : memref<256xf32>
-    }}""")
-    bufferized = (
-        "// lazymlir-stage: bufferized\nmodule {\n"
-        "  func.func @main(%arg0: memref<256xf32>, %arg1: memref<256xf32>) {\n"
-        "    %c0 = arith.constant 0 : index\n    %c1 = arith.constant 1 : index\n"
-        "    %c256 = arith.constant 256 : index\n"
-        "    %tmp = memref.alloc() {alignment = 64 : i64} : memref<256xf32>\n"
-        + "\n".join(nests) + "\n"
-        "    memref.copy %tmp, %arg1 : memref<256xf32> to memref<256xf32>\n"
-        "    return\n  }\n}\n")
-    return str(cpu_pipeline.to_llvm(str(cpu_pipeline.to_loops(bufferized))))
+    return str(cpu_pipeline.to_llvm(str(cpu_pipeline.to_loops(bufferized_nests(adds)))))
 
 
 def _stored_keys(folder: Path) -> list[str]:
