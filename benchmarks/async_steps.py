@@ -25,7 +25,7 @@ import time
 
 import torch
 
-from .results_dir import report
+from .results_dir import load_averages, report
 from .run import TrainingPair, training_workload
 
 CONTENDERS = ("async", "sync", "eager")
@@ -96,9 +96,8 @@ def main(argv=None) -> int:
         f"# Background execution on and off ({args.label or 'unlabeled'})", "",
         f"    PYTHONPATH=. python -m benchmarks.async_steps {' '.join(sys.argv[1:])}", "",
         f"lazymlir {lazymlir.__version__}, target {lazymlir.target()}, torch "
-        f"{torch.__version__}, {torch.get_num_threads()} threads; load average (1, 5, 15 min) "
-        f"{', '.join(f'{v:.1f}' for v in load[0])} before, "
-        f"{', '.join(f'{v:.1f}' for v in load[1])} after, on a 2-core machine shared with "
+        f"{torch.__version__}, {torch.get_num_threads()} threads; "
+        f"{load_averages(*load)}, on a 2-core machine shared with "
         f"other jobs. {args.rounds} rounds of (async, sync, eager), one call of `steps per "
         "read` steps each, every call timed; per-step medians; ratios are medians of "
         "per-round ratios.", "", *lines])

@@ -27,7 +27,7 @@ import time
 
 import torch
 
-from .results_dir import report
+from .results_dir import load_averages, report
 from .run import TrainingPair, training_workload
 
 CONTENDERS = ("calling thread", "device thread", "eager")
@@ -104,9 +104,8 @@ def main(argv=None) -> int:
         f"# Backward on the calling thread against the device thread ({args.label or 'unlabeled'})",
         "", f"    PYTHONPATH=. python -m benchmarks.backward_thread {' '.join(sys.argv[1:])}", "",
         f"lazymlir {lazymlir.__version__}, target {lazymlir.target()}, torch "
-        f"{torch.__version__}, {torch.get_num_threads()} threads; load average (1, 5, 15 min) "
-        f"{', '.join(f'{v:.1f}' for v in load[0])} before, "
-        f"{', '.join(f'{v:.1f}' for v in load[1])} after, on a 2-core machine shared with "
+        f"{torch.__version__}, {torch.get_num_threads()} threads; "
+        f"{load_averages(*load)}, on a 2-core machine shared with "
         f"other jobs. {args.calls} rounds of (calling thread, device thread, eager), one "
         "step each (a lazy step: `step(); mark_step(); wait()`), every call timed; medians; "
         "ratios are medians of per-round ratios to eager.", "", *lines])

@@ -29,7 +29,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from .results_dir import report
+from .results_dir import load_averages, report
 
 WORKLOADS = {
     # name: (layer widths, batch per rank)
@@ -175,8 +175,7 @@ def main() -> int:
         f"    PYTHONPATH=. python -m benchmarks.distributed_step --worlds {args.worlds} "
         f"--only {args.only} --calls {args.calls}", "",
         f"torch {torch.__version__}, gloo on 127.0.0.1, each rank OMP threads = cores / "
-        f"processes; load average (1, 5, 15 min) {', '.join(f'{v:.1f}' for v in load[0])} "
-        f"before, {', '.join(f'{v:.1f}' for v in load[1])} after, on a "
+        f"processes; {load_averages(*load)}, on a "
         f"{os.cpu_count()}-core machine. {args.calls} rounds of (eager DDP step, lazy DDP "
         "step), one call each after a barrier, every call timed on rank 0; medians; "
         "lazy/eager is the median of per-call ratios. For the lazy step: 'gloo' is the time "

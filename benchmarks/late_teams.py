@@ -22,7 +22,7 @@ import time
 
 import torch
 
-from .results_dir import report
+from .results_dir import load_averages, report
 from .run import TrainingPair, training_workload
 
 U64 = ctypes.c_uint64
@@ -85,9 +85,8 @@ def main(argv=None) -> int:
     text = "\n".join([
         f"# Late-team policy on/off ({args.label or 'unlabeled'})", "",
         f"    PYTHONPATH=. python -m benchmarks.late_teams --only {args.only} --calls {args.calls}",
-        "", f"torch {torch.__version__}, {torch.get_num_threads()} threads; load average (1, 5, "
-        f"15 min) {', '.join(f'{v:.1f}' for v in load[0])} before, "
-        f"{', '.join(f'{v:.1f}' for v in load[1])} after, on a 2-core machine shared with "
+        "", f"torch {torch.__version__}, {torch.get_num_threads()} threads; "
+        f"{load_averages(*load)}, on a 2-core machine shared with "
         f"other jobs. {args.calls} rounds of (lazy on, lazy off, eager), one call each, every "
         "call timed; medians; ratios are medians of per-round ratios.", "", *lines])
     report(text, args.label)

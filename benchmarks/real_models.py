@@ -37,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from .results_dir import report
+from .results_dir import load_averages, report
 
 CASES = Path(__file__).resolve().parent.parent / "tests" / "python" / "cases"
 WARMUP_STEPS = 3  # step 1 creates the optimizer state, step 2 is the steady-state graph
@@ -166,9 +166,8 @@ def main() -> None:
              f"({args.label or 'unlabeled'})", "",
              f"    PYTHONPATH=. python -m benchmarks.real_models --only {args.only} "
              f"--contenders {args.contenders} --rounds {args.rounds}", "",
-             f"torch {torch.__version__}, {torch.get_num_threads()} threads; load average "
-             f"(1, 5, 15 min) {', '.join(f'{v:.1f}' for v in load_before)} before, "
-             f"{', '.join(f'{v:.1f}' for v in load_after)} after. One process per model and "
+             f"torch {torch.__version__}, {torch.get_num_threads()} threads; "
+             f"{load_averages(load_before, load_after)}. One process per model and "
              f"contender, each with its own eager copy; {args.rounds} rounds of one eager and "
              "one contender step, alternating; medians; the loss read at every step. "
              "first s: the contender's first step (compiles included; cold only with empty "

@@ -30,3 +30,11 @@ def report(text: str, label: str | None) -> None:
         print(f"wrote {out}")
     else:
         print(text)
+
+
+def load_averages(before: tuple[float, ...], after: tuple[float, ...]) -> str:
+    """The machine's load around a run (`os.getloadavg()` before and after), which every
+    table states: "load average (1, 5, 15 min) 0.4, 1.2, 3.0 before, 0.9, 1.2, 2.9 after"."""
+    def triple(values) -> str:
+        return ", ".join(f"{v:.1f}" for v in values)
+    return f"load average (1, 5, 15 min) {triple(before)} before, {triple(after)} after"

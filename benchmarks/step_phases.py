@@ -45,7 +45,7 @@ from collections.abc import Callable
 import torch
 
 from . import models
-from .results_dir import result_path
+from .results_dir import load_averages, result_path
 from .run import TrainingPair, _train_step, training_workload
 
 PHASES = ("tracing", "collect", "graph build", "hash", "cache lookup", "launch", "code",
@@ -211,9 +211,8 @@ def main(argv=None) -> int:
               f"({args.label or 'unlabeled'})", "",
               f"    PYTHONPATH=. python {' '.join(['-m benchmarks.step_phases', *sys.argv[1:]])}",
               "", f"lazymlir {lazymlir.__version__}, target {lazymlir.target()}, torch "
-              f"{torch.__version__}, {torch.get_num_threads()} threads; load average (1, 5, 15 "
-              f"min) {', '.join(f'{v:.1f}' for v in load_before)} before, "
-              f"{', '.join(f'{v:.1f}' for v in load_after)} after, on a 2-core machine shared "
+              f"{torch.__version__}, {torch.get_num_threads()} threads; "
+              f"{load_averages(load_before, load_after)}, on a 2-core machine shared "
               "with other jobs. Contenders alternate call by call (one call each per round), "
               f"{args.calls} timed calls each; medians.", ""]
     text = "\n".join(header + lines)

@@ -31,7 +31,7 @@ import time
 
 import torch
 
-from .results_dir import report
+from .results_dir import load_averages, report
 from . import models
 from .run import TrainingPair, _mse, training_workload
 
@@ -131,9 +131,8 @@ def main(argv=None) -> int:
         f"# Lazy step tracing by phase against eager dispatch ({args.label or 'unlabeled'})", "",
         f"    PYTHONPATH=. python -m benchmarks.trace_phases {' '.join(sys.argv[1:])}", "",
         f"lazymlir {lazymlir.__version__}, target {lazymlir.target()}, torch "
-        f"{torch.__version__}, 1 torch thread; load average (1, 5, 15 min) "
-        f"{', '.join(f'{v:.1f}' for v in load[0])} before, "
-        f"{', '.join(f'{v:.1f}' for v in load[1])} after, on a 2-core machine shared with "
+        f"{torch.__version__}, 1 torch thread; "
+        f"{load_averages(*load)}, on a 2-core machine shared with "
         f"other jobs. {args.calls} rounds of (lazy {step} step, eager tiny {step} step), process "
         "CPU time, medians.", "", *lines])
     report(text, args.label)
