@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import copy
 
+import graph_buffers
 import pytest
 import torch
 from model_zoo import OPTIMIZERS, assert_same_training, train
 from real_models import CLIP, MODELS, OPTIMIZER
 
-from lazymlir.execution import executor
 
 # In float64: networks 20-60 layers deep amplify float32 rounding (eager and compiled
 # code sum in other orders; BatchNorm divides by the batch's spread) to ~0.3% in three
@@ -26,18 +26,10 @@ TOLERANCE = {"rtol": 1e-6, "atol": 1e-8}
 
 
 @pytest.fixture
-def largest_graph(monkeypatch):
+def largest_graph():
     """Records the most buffers (inputs and outputs) any compiled graph ran with."""
-    seen = {"buffers": 0}
-    original = executor.Compiled.run
-
-    def run(self, target, inputs, scalars):
-        outputs = original(self, target, inputs, scalars)
-        seen["buffers"] = max(seen["buffers"], len(inputs) + len(scalars) + len(outputs))
-        return outputs
-
-    monkeypatch.setattr(executor.Compiled, "run", run)
-    return seen
+    with graph_buffers.largest_graph() as seen:
+        yield seen
 
 
 @pytest.fixture(autouse=True)
