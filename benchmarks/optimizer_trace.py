@@ -3,6 +3,7 @@ one in-place `_foreach_` op, in process CPU time.
 
     PYTHONPATH=. python -m benchmarks.optimizer_trace [--steps 15] [--decompose-from COMMIT]
         [--without-foreach-meta] [--with-subclass-torch-function]
+    PYTHONPATH=. python -m benchmarks.optimizer_trace --alternate foreach-dispatcher [--label NAME]
 
 Prints (1) the median tracing CPU ms of the small GPT's training step (forward,
 backward, AdamW; `benchmarks.run.training_workload("gpt")`, 3 warm-up steps, graphs run
@@ -21,6 +22,14 @@ functionalization's meta check runs PyTorch's own per-element kernels, as before
 
 Also prints the step's tracing split into forward, backward (the autograd engine's
 device thread included: process CPU time) and the optimizer step.
+
+`--alternate VARIANT` compares the current code with a variant step by step in one
+process, for the MLP (SGD) and GPT (AdamW) steps: each round traces one step each way
+(variant first), timing the optimizer step and the whole step in process CPU time,
+then `mark_step(); wait()`; medians over `--steps` rounds, written to
+benchmarks/results/<today>/<label>.md. Variants: `foreach-dispatcher` (a `_foreach_`
+op's element ops go back through PyTorch's dispatcher, as before
+tracing/functional.py called the tracer's entry for them).
 """
 
 from __future__ import annotations
@@ -92,15 +101,81 @@ def foreach_addcmul_us(rounds: int = 60) -> float:
     return 1e6 * statistics.median(times[5:]) / len(vs)
 
 
+VARIANTS = {"foreach-dispatcher": ("lazymlir.tracing.functional", "DIRECT_ELEMENTS", False)}
+
+
+def alternate(variant: str, key: str, steps: int) -> dict:
+    """Median CPU ms of (optimizer step, whole step) with `variant` and without."""
+    import importlib
+
+    import lazymlir
+
+    from .run import TrainingPair, training_workload
+
+    module, name, value = VARIANTS[variant]
+    module = importlib.import_module(module)
+    current = getattr(module, name)
+    pair = TrainingPair(*training_workload(key))
+    model, opt = pair.lazy_model, pair.lazy_opt
+    clock = time.process_time
+    times: dict = {True: [], False: []}
+
+    def step(on: bool) -> tuple[float, float]:
+        setattr(module, name, value if on else current)
+        began = clock()
+        opt.zero_grad()
+        loss = pair.loss_fn(model, pair.xl, pair.yl)
+        loss.backward()
+        middle = clock()
+        opt.step()
+        end = clock()
+        setattr(module, name, current)
+        lazymlir.mark_step()
+        lazymlir.wait()
+        return end - middle, end - began
+    for _ in range(3):
+        step(True), step(False)
+    for _ in range(steps):
+        for on in (True, False):
+            times[on].append(step(on))
+    return {on: tuple(1e3 * statistics.median(t[i] for t in times[on]) for i in range(2))
+            for on in times}
+
+
+def _alternate_report(variant: str, steps: int, label: str | None) -> None:
+    from .results_dir import load_averages, report
+
+    before = os.getloadavg()
+    rows = []
+    for key in ("mlp", "gpt"):
+        result = alternate(variant, key, steps)
+        (v_opt, v_step), (c_opt, c_step) = result[True], result[False]
+        rows.append(f"| {key} | {c_opt:.3f} | {v_opt:.3f} | {c_step:.3f} | {v_step:.3f} |")
+    command = (f"PYTHONPATH=. python -m benchmarks.optimizer_trace --alternate {variant} "
+               f"--steps {steps}" + (f" --label {label}" if label else ""))
+    lines = [f"# Optimizer tracing, current code against `{variant}`", "", f"    {command}", "",
+             f"Tracing CPU ms per step (process CPU time), alternated step by step in one "
+             f"process, {steps} rounds, medians; {load_averages(before, os.getloadavg())}, "
+             "on a 2-core machine shared with other jobs.", "",
+             "| step | optimizer, current | optimizer, variant | whole step, current "
+             "| whole step, variant |", "| --- | ---: | ---: | ---: | ---: |", *rows]
+    report("\n".join(lines), label)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=15)
     parser.add_argument("--decompose-from", default=None)
     parser.add_argument("--without-foreach-meta", action="store_true")
     parser.add_argument("--with-subclass-torch-function", action="store_true")
+    parser.add_argument("--alternate", choices=sorted(VARIANTS), default=None)
+    parser.add_argument("--label", default=None)
     args = parser.parse_args(argv)
     os.environ.setdefault("LAZYMLIR_TARGET", "cpu")
     os.environ["LAZYMLIR_ASYNC"] = "0"
+    if args.alternate:
+        _alternate_report(args.alternate, args.steps, args.label)
+        return 0
     if args.decompose_from:
         _old_decompose(args.decompose_from)
     if args.without_foreach_meta:

@@ -85,6 +85,15 @@ def dispatch(func, args, kwargs):
     return _torch_dispatch(LazyTensor, func, (), args, kwargs)
 
 
+def _dispatch_element(func, args, kwargs):
+    """A foreach route's element op, entered as `__torch_dispatch__` would be (a leaf's
+    recorder directly, otherwise its route)."""
+    recorder = _LEAVES.get(id(func))
+    if recorder is not None:
+        return recorder(func, args, kwargs)
+    return _dispatch_route(func, args, kwargs)
+
+
 LazyTensor.__torch_dispatch__ = classmethod(_torch_dispatch)
 # Functionalization's meta check of in-place _foreach_ ops, in microseconds
 # (foreach_meta.py).
@@ -114,7 +123,8 @@ def _route(func):
         return random
     name = func._schema.name
     if name.startswith("aten::_foreach_"):
-        return functional.foreach
+        # Element ops come straight back to this module's entry (functional.foreach).
+        return lambda f, args, kwargs: functional.foreach(f, args, kwargs, _dispatch_element)
     if func._schema.is_mutable and name.endswith("_"):
         return functional.inplace
     decomposition = decompose.table().get(func)

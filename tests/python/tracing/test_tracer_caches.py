@@ -205,3 +205,36 @@ def test_batch_norm_at_many_channel_counts_replays_a_template_and_matches_eager(
         torch.testing.assert_close(got, expected)
     assert sorted(set(runs)) == [4, 5, 6], runs  # 7: a substituted template
     assert_no_fallback()
+
+
+def test_foreach_elements_skip_the_dispatcher_and_match_eager(monkeypatch):
+    """A `_foreach_` op's element ops go to the tracer's entry directly (one
+    `__torch_dispatch__` call per foreach op, not one per element), with the overload
+    the dispatcher would pick, and give eager's values."""
+    torch.manual_seed(0)
+    hosts = [torch.randn(3, 4), torch.randn(5)]
+    others = [torch.randn(3, 4), torch.randn(5)]
+    entries = []
+    entry = values.LazyTensor.__torch_dispatch__.__func__
+
+    def counted(cls, func, types, args=(), kwargs=None):
+        entries.append(func)
+        return entry(cls, func, types, args, kwargs)
+    for _ in range(2):  # routes made, then warm
+        lazy = [h.to(DEVICE) for h in hosts]
+        lazy_others = [o.to(DEVICE) for o in others]
+        expected = [h.clone() for h in hosts]
+        monkeypatch.setattr(values.LazyTensor, "__torch_dispatch__", classmethod(counted))
+        entries.clear()
+        torch._foreach_add_(lazy, lazy_others, alpha=-0.5)
+        torch._foreach_mul_(lazy, 0.9)
+        roots = torch._foreach_sqrt(lazy_others)
+        monkeypatch.undo()
+        torch._foreach_add_(expected, others, alpha=-0.5)
+        torch._foreach_mul_(expected, 0.9)
+        assert [str(f) for f in entries if "_foreach_" not in str(f)] == []
+        for got, want in zip(lazy, expected):
+            torch.testing.assert_close(got.cpu(), want)
+        for got, other in zip(roots, others):
+            torch.testing.assert_close(got.cpu(), torch.sqrt(other), equal_nan=True)
+    assert_no_fallback()
