@@ -7,6 +7,8 @@ eagerly (counted fallbacks) on every step of a model that uses them.
 
 from __future__ import annotations
 
+import struct
+
 import torch
 
 from . import fft, layers
@@ -92,7 +94,36 @@ def scatter_value_reduce_legacy(self, dim, index, value, reduce):
     return scatter_reduce_legacy(self, dim, index, src, reduce)
 
 
+def lerp_scalar(self, end, weight):
+    """`lerp(self, end, weight)` with a number weight, as PyTorch's reference computes it
+    (`coeff * (end - self) + base`, coeff and base picked by |weight| >= 0.5) with the
+    pick made here: three ops. The reference makes the weight a 0-d tensor and picks
+    with `where`, nine ops per call (AdamW calls it per parameter per step). The weight
+    is rounded to `self`'s dtype first, as that 0-d tensor was. Half types keep the
+    reference, which computes in float32 and rounds once (as eager does)."""
+    if isinstance(weight, complex) or self.dtype not in (torch.float32, torch.float64):
+        return torch._refs.lerp(self, end, weight)
+    # Rounded in Python, not through a tensor: a tensor made here would be a graph
+    # constant under torch.compile's tracing.
+    try:
+        rounded = _float32(weight) if self.dtype == torch.float32 else float(weight)
+    except OverflowError:
+        return torch._refs.lerp(self, end, weight)
+    diff = aten.sub.Tensor(end, self)
+    if abs(rounded) >= 0.5:
+        # (exact in float64, then rounded once: float32's own subtraction)
+        coeff = rounded - 1 if self.dtype == torch.float64 else _float32(rounded - 1)
+        return aten.add.Tensor(aten.mul.Tensor(diff, coeff), end)
+    return aten.add.Tensor(aten.mul.Tensor(diff, rounded), self)
+
+
+def _float32(x) -> float:
+    """`x` rounded to the nearest float32 (OverflowError beyond its range)."""
+    return struct.unpack("f", struct.pack("f", x))[0]
+
+
 TABLE = {
+    aten.lerp.Scalar: lerp_scalar,
     aten.scatter.reduce: scatter_reduce_legacy,
     aten.scatter.value_reduce: scatter_value_reduce_legacy,
     aten._weight_norm_interface_backward.default: weight_norm_interface_backward,

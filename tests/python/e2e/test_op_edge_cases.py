@@ -352,3 +352,16 @@ def test_zero_element_views_and_reductions_compiled():
     got = torch.compile(_zero_element_program, backend="lazymlir")(*inputs)
     assert_same(list(got), list(want))
     assert_no_fallback()
+
+
+def test_lerp_with_a_number_weight_on_both_sides_of_one_half():
+    # lowering/front/decompositions.py picks the reference's branch in Python for
+    # float32/float64 (three ops, not nine); half types keep the reference.
+    torch.manual_seed(0)
+    for dtype in (torch.float32, torch.bfloat16):
+        a, b = torch.randn(4, 6).to(dtype), torch.randn(6).to(dtype)
+        results = [torch.lerp(a.to(DEVICE), b.to(DEVICE), w) for w in (0.1, 0.5, -0.7, 2)]
+        lazymlir.mark_step()
+        for got, w in zip(results, (0.1, 0.5, -0.7, 2)):
+            assert_same(got.cpu(), torch.lerp(a, b, w), f"{dtype} weight {w}")
+    assert_no_fallback()
