@@ -29,7 +29,9 @@ process, for the MLP (SGD) and GPT (AdamW) steps: each round traces one step eac
 then `mark_step(); wait()`; medians over `--steps` rounds, written to
 benchmarks/results/<today>/<label>.md. Variants: `foreach-dispatcher` (a `_foreach_`
 op's element ops go back through PyTorch's dispatcher, as before
-tracing/functional.py called the tracer's entry for them).
+tracing/functional.py called the tracer's entry for them), `float-keyed-templates`
+(addcdiv's and addcmul's templates keyed by their `value`, as before
+tracing/decompose.py took it as an argument).
 """
 
 from __future__ import annotations
@@ -101,7 +103,8 @@ def foreach_addcmul_us(rounds: int = 60) -> float:
     return 1e6 * statistics.median(times[5:]) / len(vs)
 
 
-VARIANTS = {"foreach-dispatcher": ("lazymlir.tracing.functional", "DIRECT_ELEMENTS", False)}
+VARIANTS = {"foreach-dispatcher": ("lazymlir.tracing.functional", "DIRECT_ELEMENTS", False),
+            "float-keyed-templates": ("lazymlir.tracing.decompose", "FLOAT_ARGUMENTS", False)}
 
 
 def alternate(variant: str, key: str, steps: int) -> dict:

@@ -238,3 +238,34 @@ def test_foreach_elements_skip_the_dispatcher_and_match_eager(monkeypatch):
         for got, other in zip(roots, others):
             torch.testing.assert_close(got.cpu(), torch.sqrt(other), equal_nan=True)
     assert_no_fallback()
+
+
+def test_addcdiv_with_a_changing_value_replays_one_template(monkeypatch):
+    """AdamW's addcdiv step size changes every step: the template takes the value as an
+    argument (a scalar input of the graph), so later values replay it, and match eager."""
+    torch.manual_seed(0)
+    a, b, c = torch.randn(3, 5), torch.randn(3, 5), torch.rand(3, 5) + 0.5
+    la, lb, lc = (t.to(DEVICE) for t in (a, b, c))
+    entries = []
+    entry = values.LazyTensor.__torch_dispatch__.__func__
+
+    def counted(cls, func, types, args=(), kwargs=None):
+        entries.append(str(func))
+        return entry(cls, func, types, args, kwargs)
+    monkeypatch.setattr(values.LazyTensor, "__torch_dispatch__", classmethod(counted))
+    results = []
+    for value in (0.5, -0.25, 3.0):
+        entries.clear()
+        results.append((value, torch.addcdiv(la, lb, lc, value=value),
+                        torch.addcmul(la, lb, lc, value=value)))
+    monkeypatch.undo()
+    assert entries == ["aten.addcdiv.default", "aten.addcmul.default"]  # replays
+    graphs = set()
+    for value, quotient, product in results:
+        graph, scalars = _graph_of(quotient, product)
+        graphs.add(fx_graph.structural_hash(graph, "cpu"))
+        assert scalars.count(value) == 2
+        torch.testing.assert_close(quotient.cpu(), torch.addcdiv(a, b, c, value=value))
+        torch.testing.assert_close(product.cpu(), torch.addcmul(a, b, c, value=value))
+    assert len(graphs) == 1
+    assert_no_fallback()
