@@ -324,7 +324,9 @@ def _capture(start: int, inputs: list, out, float_argument: bool = False):
     def visit_out(o) -> bool:
         if type(o) is LazyTensor:
             return visit(o._lazy)
-        if type(o) is list or type(o) is tuple:
+        # (a tuple subclass too: the named tuples of PyTorch's references, nll_loss's;
+        # the dispatcher hands the caller a plain tuple either way)
+        if isinstance(o, (list, tuple)):
             return all(visit_out(v) for v in o)
         return o is None or type(o) in (int, float, bool)
 
@@ -364,8 +366,10 @@ def _capture(start: int, inputs: list, out, float_argument: bool = False):
     def out_spec(o):
         if type(o) is LazyTensor:
             return spec(o._lazy)
-        if type(o) is list or type(o) is tuple:
-            return type(o)(out_spec(v) for v in o)
+        if type(o) is list:
+            return [out_spec(v) for v in o]
+        if isinstance(o, tuple):
+            return tuple(out_spec(v) for v in o)
         return o
 
     out = out_spec(out)

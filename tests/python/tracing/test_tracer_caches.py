@@ -269,3 +269,28 @@ def test_addcdiv_with_a_changing_value_replays_one_template(monkeypatch):
         torch.testing.assert_close(product.cpu(), torch.addcmul(a, b, c, value=value))
     assert len(graphs) == 1
     assert_no_fallback()
+
+
+def test_decomposition_returning_a_named_tuple_replays(monkeypatch):
+    """PyTorch's references return named tuples (nll_loss_forward's): their templates
+    are captured too, so cross_entropy's later calls replay, and match eager."""
+    torch.manual_seed(0)
+    logits, target = torch.randn(6, 5), torch.randint(0, 5, (6,))
+    lx, ly = logits.to(DEVICE), target.to(DEVICE)
+    entries = []
+    entry = values.LazyTensor.__torch_dispatch__.__func__
+
+    def counted(cls, func, types, args=(), kwargs=None):
+        entries.append(str(func))
+        return entry(cls, func, types, args, kwargs)
+    losses = []
+    for _ in range(2):
+        monkeypatch.setattr(values.LazyTensor, "__torch_dispatch__", classmethod(counted))
+        entries.clear()
+        losses.append(nn.functional.cross_entropy(lx, ly))
+        monkeypatch.undo()
+    assert "aten.nll_loss_forward.default" in entries
+    assert not [e for e in entries if "gather" in e or "where" in e]  # replayed, not run
+    for loss in losses:
+        torch.testing.assert_close(loss.cpu(), nn.functional.cross_entropy(logits, target))
+    assert_no_fallback()
