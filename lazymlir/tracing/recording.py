@@ -80,8 +80,8 @@ def make_recorder(func):
     shapes: dict = {}
 
     def record_op(func, args, kwargs):
-        # Fast path: one or two positional arguments, tensors or a lifted float,
-        # a cached single output. Its keys equal the general loop's.
+        # Fast path: one or two positional arguments, tensors, a lifted float or a
+        # list of ints, a cached single output. Its keys equal the general loop's.
         entry = None
         if not kwargs:
             if len(args) == 1:
@@ -101,6 +101,17 @@ def make_recorder(func):
                     elif type(b) is float and lift:
                         node_args = (value, b)
                         entry = shapes.get((value.sig, float))
+                    elif type(b) is list:
+                        # A list of ints: the sizes or dims of a view (view, permute,
+                        # expand: the view copies functionalization emits).
+                        key = [value.sig, list, len(b)]
+                        for v in b:
+                            if type(v) is not int:
+                                break
+                            key += (int, v)
+                        else:
+                            node_args = (value, list(b))
+                            entry = shapes.get(tuple(key))
         if entry is None:
             return record_general(func, args, kwargs)
         metas, kind, outputs, token = entry
