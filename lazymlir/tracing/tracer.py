@@ -22,7 +22,8 @@ dispatch). Tracing time is counted per top-level call (trace_state.py).
 
 from __future__ import annotations
 
-from . import decompose, failures, fallback, foreach_meta, functional, random_ops, recording
+from . import (decompose, failures, fallback, foreach_meta, functional, random_ops, recording,
+               view_copies)
 from .host_data import adopt, constant
 from .special_ops import SPECIAL
 from .trace_state import clock, count_trace_time, depth, flush_trace_time, state
@@ -129,7 +130,9 @@ def _route(func):
         return functional.inplace
     decomposition = decompose.table().get(func)
     if decomposition is not None:
-        return decompose.decomposer(func, decomposition)
+        decomposed = decompose.decomposer(func, decomposition)
+        # t_copy, transpose_copy...: the one view their decomposition records, directly.
+        return view_copies.route(func, decomposed) or decomposed
     reason = fallback.always_eager(func)
     if reason is not None:
         return lambda f, args, kwargs: fallback.run_eagerly(f, args, kwargs, reason)

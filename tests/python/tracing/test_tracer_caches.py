@@ -294,3 +294,23 @@ def test_decomposition_returning_a_named_tuple_replays(monkeypatch):
     for loss in losses:
         torch.testing.assert_close(loss.cpu(), nn.functional.cross_entropy(logits, target))
     assert_no_fallback()
+
+
+@pytest.mark.parametrize("view", [
+    lambda x, y: x.t(), lambda x, y: y.t(), lambda x, y: x.transpose(-1, 0),
+    lambda x, y: x.transpose(1, 1), lambda x, y: x.unsqueeze(1).expand(-1, 3, 4),
+    lambda x, y: (x @ torch.ones(4, 2, device=x.device)).view(6, 1)])
+def test_view_copies_record_what_their_decomposition_records(monkeypatch, view):
+    """t_copy, transpose_copy, expand_copy and _unsafe_view go straight to their view's
+    recorder (tracing/view_copies.py): the same graph as through the decomposition."""
+    from lazymlir.tracing import view_copies
+
+    host_x, host_y = torch.randn(3, 4), torch.randn(5)
+    graphs = []
+    for direct in (True, False):
+        monkeypatch.setattr(view_copies, "DIRECT", direct)
+        got = view(host_x.to(DEVICE), host_y.to(DEVICE)) * 2.0
+        graph, _ = _graph_of(got)
+        graphs.append(fx_graph.structural_hash(graph, "cpu"))
+        torch.testing.assert_close(got.cpu(), view(host_x, host_y) * 2.0)
+    assert graphs[0] == graphs[1]
