@@ -8,7 +8,8 @@ from __future__ import annotations
 import logging
 import re
 
-from . import asserts, bf16_rounding, c_interface, entry_blocks, outline, parallel, schedule
+from . import (asserts, bf16_rounding, c_interface, deallocation, entry_blocks, outline, parallel,
+               schedule)
 from ..bufferize import buffer_copies
 from ..mlir_runner import UPSTREAM, run_pipeline
 
@@ -21,9 +22,13 @@ LOOPS_PIPELINE = (
     "func.func(convert-linalg-to-loops),"
     # Complex arithmetic (abs, div, exp...) -> arith/math on the parts; what stays
     # (re, im, create, constant) the llvm stage lowers to LLVM structs.
-    "func.func(convert-complex-to-standard),"
-    # Temporaries get deallocations where their last use is.
-    "buffer-deallocation-pipeline,convert-bufferization-to-memref,"
+    "func.func(convert-complex-to-standard))"
+)
+# Then the temporaries get their deallocations: written directly where the graph is
+# straight-line code (deallocation.py), else by the upstream pipeline.
+FREED_PIPELINE = "builtin.module(canonicalize,cse)"
+DEALLOCATION_PIPELINE = (
+    "builtin.module(buffer-deallocation-pipeline,convert-bufferization-to-memref,"
     "canonicalize,cse)"
 )
 # Then each loop nest becomes a function of its own, identical ones one function
@@ -93,9 +98,16 @@ def _schedule_static_sizes(module) -> None:
     schedule.apply(module, dynamic_sizes=False)
 
 
+def _lower(text: str, before):
+    module = run_pipeline(UPSTREAM, text, LOOPS_PIPELINE, before=before)
+    freed = deallocation.free_at_end(module)
+    return run_pipeline(UPSTREAM, None, FREED_PIPELINE if freed else DEALLOCATION_PIPELINE,
+                        module=module)
+
+
 def to_loops(text: str):
     try:
-        module = run_pipeline(UPSTREAM, text, LOOPS_PIPELINE, before=_schedule)
+        module = _lower(text, _schedule)
     except schedule.ScheduleFailure as error:
         # A strategy that does not fit an op costs speed, not the graph: again
         # without the schedule of ops with `?` sizes (lowering/cpu/dynamic.py), the
@@ -105,13 +117,12 @@ def to_loops(text: str):
             log.warning("%s; compiling this graph again without tiling/vectorization of "
                         "ops with dynamic sizes", error)
             try:
-                module = run_pipeline(UPSTREAM, text, LOOPS_PIPELINE,
-                                      before=_schedule_static_sizes)
+                module = _lower(text, _schedule_static_sizes)
             except schedule.ScheduleFailure as again:
                 error = again
         if module is None:
             log.warning("%s; compiling this graph without tiling/vectorization", error)
-            module = run_pipeline(UPSTREAM, text, LOOPS_PIPELINE, before=_unscheduled)
+            module = _lower(text, _unscheduled)
     # Outlined before the parallel loops become OpenMP regions, so that a parallel
     # nest repeated by every layer of a model is one function too (the regions are
     # most of a transformer graph's code). On the same module: printing and parsing it
