@@ -99,10 +99,10 @@ def _schedule_static_sizes(module) -> None:
 
 
 def _lower(text: str, before):
-    module = run_pipeline(UPSTREAM, text, LOOPS_PIPELINE, before=before, verify_each=False)
+    module = run_pipeline(UPSTREAM, text, LOOPS_PIPELINE, before=before)
     freed = deallocation.free_at_end(module)
     return run_pipeline(UPSTREAM, None, FREED_PIPELINE if freed else DEALLOCATION_PIPELINE,
-                        module=module, verify_each=False)
+                        module=module)
 
 
 def to_loops(text: str):
@@ -128,7 +128,7 @@ def to_loops(text: str):
     # most of a transformer graph's code). On the same module: printing and parsing it
     # again cost ~1.3 s of CPU on a DenseNet-121 training step's 4 MB of loops.
     return run_pipeline(UPSTREAM, None, PARALLEL_LOOPS_PIPELINE,
-                        before=outline.outline_loop_nests, module=module, verify_each=False)
+                        before=outline.outline_loop_nests, module=module)
 
 
 def _mark_c_interface(module) -> list[str]:
@@ -174,9 +174,7 @@ def to_llvm(text: str):
         # A big graph's entry in blocks: the conversions are quadratic in a block's length.
         entry_blocks.split_entry_blocks(module)
 
-    # Verified once, at the end (mlir_runner.run_pipeline): the module-wide conversions
-    # are most of the stage, the verifier after each of them a third of it.
-    module = run_pipeline(UPSTREAM, text, LLVM_PIPELINE, before=before, verify_each=False)
+    module = run_pipeline(UPSTREAM, text, LLVM_PIPELINE, before=before)
     outline.apply_noalias(module, noalias)
     asserts.share_flag(module)
     with module.context:
