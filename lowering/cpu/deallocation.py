@@ -43,7 +43,9 @@ def _plan(module) -> dict | None:
             if blocks:
                 plan[blocks[0]] = []
             continue
-        if name.startswith("bufferization.") or name == "memref.realloc":
+        # (a deallocation already there: freeing its buffer again at the end would be a
+        # double free)
+        if name.startswith("bufferization.") or name in ("memref.realloc", "memref.dealloc"):
             return None
         if name in _ALLOCATIONS:
             block = op.block
