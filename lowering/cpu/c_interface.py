@@ -49,15 +49,19 @@ def _call_counts(module) -> Counter:
     return counts
 
 
-def fold_into_c_interfaces(module) -> None:
+def fold_into_c_interfaces(module, called: set[str] | None = None) -> None:
     """Move each C-interface wrapper's callee into the wrapper (call inside the module's
-    context). Wrappers of a different shape, and callees with other callers, are left."""
+    context). Wrappers of a different shape, and callees with other callers, are left.
+    `called`: the functions the module used before its LLVM conversion (which adds
+    only the wrappers' calls), if the caller knows them; else the module's calls are
+    counted."""
     from mlir import ir
     from mlir.dialects import llvm
 
     funcs = {_symbol(op): op for op in module.body.operations
              if op.operation.name == "llvm.func"}
-    calls = _call_counts(module)
+    calls = _call_counts(module) if called is None else \
+        Counter({name: 1 + (name in called) for name in funcs})
     for name, wrapper in funcs.items():
         if not name.startswith(PREFIX) or name[len(PREFIX):] not in funcs:
             continue
