@@ -237,6 +237,12 @@ def compile_ahead(graph: dict, key: str, background: bool = False) -> None:
     graph eagerly meanwhile), so the compile takes the background workers, which
     run at low CPU priority (_worker).
     """
+    _compile_ahead(graph, key, background)
+
+
+def _compile_ahead(graph: dict, key: str, background: bool, whole: bool = False) -> None:
+    """compile_ahead; `whole`: a segment, never split again (it may be a little over
+    LAZYMLIR_SEGMENT_NODES: partition.cut_points)."""
     current = session.current()
     if not current.settings.compile_worker:
         return
@@ -245,13 +251,13 @@ def compile_ahead(graph: dict, key: str, background: bool = False) -> None:
         key = _plan_key(current, key)
         if key in current.compiles_ahead or key in _cache(current):
             return
-        split = _split(current, graph)
+        split = None if whole else _split(current, graph)
         if split is not None:
             # The segments' compiles start now; the graph's own entry is the split
             # (made once) and a future done when they all are (compile_pending).
             futures = []
             for sub, sub_key in zip(split.segments(), split.keys):
-                compile_ahead(sub, sub_key, background)
+                _compile_ahead(sub, sub_key, background, whole=True)
                 ahead = current.compiles_ahead.get(_plan_key(current, sub_key))
                 if ahead is not None:
                     futures.append(ahead[1])
@@ -334,7 +340,7 @@ def _segmented(current, target, graph: dict, key: str) -> partition.Partitioned 
         return None
     segments = split.segments()
     for sub, sub_key in zip(segments, split.keys):
-        compile_ahead(sub, sub_key)
+        _compile_ahead(sub, sub_key, background=False, whole=True)
     split.bind([_segment_plan(current, target, sub, sub_key)
                 for sub, sub_key in zip(segments, split.keys)])
     return split
@@ -349,13 +355,14 @@ def _segment_plan(current, target, graph: dict, key: str):
     if plan is not None:
         current.metrics.inc("CachedCompile")
         return plan
-    plan = _make_plan(current, target, graph, key)
+    plan = _make_plan(current, target, graph, key, whole=True)
     cache.put(key, plan)
     return plan
 
 
-def _make_plan(current, target, graph: dict, key: str):
-    segmented = _segmented(current, target, graph, key)
+def _make_plan(current, target, graph: dict, key: str, whole: bool = False):
+    """`whole`: a segment of a big graph, not split again (`_split`)."""
+    segmented = None if whole else _segmented(current, target, graph, key)
     if segmented is not None:
         return segmented
     original = graph
