@@ -164,6 +164,12 @@ def cut_points(graph: dict, max_nodes: int) -> list[int]:
     for delta in change:
         running += delta
         live.append(running)
+    # Valleys of the live set: where values stop crossing (a layer's end). In a training
+    # step the set grows over the forward (saved activations) and shrinks over the
+    # backward, so the lowest point of a window is often just its edge, which moves
+    # with the node count; a valley is a place in the graph and moves with its op.
+    valley = [0 < p < count and live[p] < live[p - 1] and live[p] <= live[p + 1]
+              for p in range(count + 1)]
     window = max(1, count // (parts * 8))
     cuts: list[int] = []
     for j in range(1, parts):
@@ -172,7 +178,8 @@ def cut_points(graph: dict, max_nodes: int) -> list[int]:
         high = min(count - 1, int(ideal) + window)
         if low > high:
             continue
-        cuts.append(min(range(low, high + 1), key=lambda p: (live[p], abs(p - ideal), p)))
+        places = [p for p in range(low, high + 1) if valley[p]] or range(low, high + 1)
+        cuts.append(min(places, key=lambda p: (live[p], abs(p - ideal), p)))
     return cuts
 
 
