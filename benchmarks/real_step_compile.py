@@ -69,8 +69,9 @@ def main() -> None:
     for manifest in manifests:
         found = json.loads(manifest.read_text())
         stages = ", ".join(f"{k} {v / 1e3:.1f}" for k, v in found["timings_ms"].items())
+        cpu = f", CPU {found['cpu_ms'] / 1e3:.1f}" if "cpu_ms" in found else ""
         print(f"graph of {found['num_nodes']} nodes, {found['num_inputs']} inputs, "
-              f"{found['num_outputs']} outputs; seconds: {stages}")
+              f"{found['num_outputs']} outputs; seconds: {stages}{cpu}")
 
 
 if __name__ == "__main__":
