@@ -99,7 +99,8 @@ def test_a_big_lazy_graph_compiles_as_concurrent_segments(
     assert all(len(sub["nodes"]) <= SEGMENT_NODES + SEGMENT_NODES // 8 + 1
                for sub in plan.segments())
     assert metrics.counter("UncachedCompile") == len(plan.plans)
-    assert compiles_in_flight["most"] == 2  # the segments compiled two at a time
+    # the segments compiled two at a time (one worker on a one-core machine)
+    assert compiles_in_flight["most"] == min(2, lazymlir.config.settings().compile_workers)
     # The next step's graph (another lr: the same graph) runs the same plan.
     again = _step(w.to(DEVICE), b.to(DEVICE), x.to(DEVICE), 0.2)
     lazymlir.mark_step()
@@ -184,7 +185,7 @@ def test_a_big_compiled_graph_with_in_place_updates_splits(small_segments, compi
     assert_same(actual, expected)
     assert_same(params, expected_params, "the parameters updated in place")
     assert metrics.counter("UncachedCompile") >= 2
-    assert compiles_in_flight["most"] == 2
+    assert compiles_in_flight["most"] == min(2, lazymlir.config.settings().compile_workers)
     assert_no_fallback()
 
 
