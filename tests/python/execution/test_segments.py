@@ -18,7 +18,7 @@ from conftest import DEVICE, assert_no_fallback, assert_same
 
 import lazymlir
 import lazymlir.dynamo  # noqa: F401  registers backend="lazymlir" in a source checkout
-from lazymlir import metrics
+from lazymlir import metrics, session
 from lazymlir.execution import executor, partition, worker
 from lazymlir.lowering.front import fft, fx_graph
 
@@ -221,3 +221,20 @@ def test_a_failed_check_in_a_segment_raises_eagers_error(small_segments):
     picked = new_b[torch.tensor([0, 7]).to(DEVICE)] * 2  # 7 is out of range
     with pytest.raises(IndexError):
         picked.cpu()
+
+
+def test_segments_give_the_whole_graphs_values_bit_for_bit():
+    """float64: the same values as the graph compiled whole (the same ops in the same
+    order; a cut only stores a value and reads it back)."""
+    w, b, x = _inputs()
+    results = []
+    for limit in (0, SEGMENT_NODES):
+        session.reset()  # a fresh plan cache: the graph's plan is cached under its hash
+        lazymlir.config.settings().segment_nodes = limit
+        actual = _step(w.to(DEVICE), b.to(DEVICE), x.to(DEVICE), 0.1)
+        lazymlir.mark_step()
+        results.append([a.cpu() for a in actual])
+        compiles = metrics.counter("UncachedCompile")
+        assert compiles == 1 if limit == 0 else compiles >= 3, (limit, compiles)
+    session.reset()
+    assert all(torch.equal(whole, split) for whole, split in zip(*results))
