@@ -11,6 +11,12 @@ as their own (cached) graphs, the others run eagerly with PyTorch on CPU,
 counted. A plan is cached under the graph's hash either way, so a training
 step that needs a fallback is probed once, not every step.
 
+A graph of more than LAZYMLIR_SEGMENT_NODES nodes is not compiled whole: it is cut
+into contiguous segments (partition.cut_points), which compile at once in the
+compile workers (one core each) and run in order as one plan; each segment is a
+graph of its own for the caches, so a changed graph compiles only the segments
+that changed, and one that does not lower is split around its ops as above.
+
 Errors that reach the caller are lazymlir errors (CompileError,
 CompilerCrashError) or the eager op's own error; the tracing layer marks the
 graph's values failed with it.
@@ -86,10 +92,19 @@ def run(plan, inputs: list, scalars: list[float]) -> list:
 
 def in_background(plan) -> bool:
     """Whether `launch` may run this plan on the execution thread: LAZYMLIR_ASYNC is on,
-    the target's code runs on any thread, and the plan is one compiled graph (a split
-    graph runs eager ops and compiles segments: it runs on the caller's thread)."""
-    return session.current().settings.async_execution and type(plan) is Compiled and \
+    the target's code runs on any thread, and the plan is compiled code only: one
+    compiled graph, or a big graph's segments, each one compiled graph (a graph split
+    around ops that do not lower runs eager ops and compiles segments: it runs on the
+    caller's thread)."""
+    return session.current().settings.async_execution and _compiled_only(plan) and \
         targets.active().runs_in_background
+
+
+def _compiled_only(plan) -> bool:
+    if type(plan) is Compiled:
+        return True
+    return type(plan) is partition.Partitioned and not plan.eager and \
+        plan.plans is not None and all(type(p) is Compiled for p in plan.plans)
 
 
 def launch(plan, run: runs.Run, inputs, scalars: list[float], done) -> None:
@@ -161,9 +176,11 @@ def _plan(current, target, graph, key: str):
     drain()
     plan = _make_plan(current, target, graph, key)
     note = None
-    if isinstance(plan, partition.Partitioned):  # its segments are logged as they compile
+    if isinstance(plan, partition.Partitioned) and plan.eager:  # segments logged as they compile
         note = (f"does not lower as a whole: split around "
                 f"{sorted({partition.op_name(graph['nodes'][i]) for i in plan.eager})}")
+    elif isinstance(plan, partition.Partitioned):
+        note = f"compiled as {len(plan.plans)} segments (LAZYMLIR_SEGMENT_NODES)"
     diagnostics.on_compile(current, graph, key, target.name, _sync_location,
                            from_disk=current.metrics.counter("UncachedCompile") == compiles,
                            note=note)
@@ -220,6 +237,12 @@ def compile_ahead(graph: dict, key: str, background: bool = False) -> None:
     graph eagerly meanwhile), so the compile takes the background workers, which
     run at low CPU priority (_worker).
     """
+    _compile_ahead(graph, key, background)
+
+
+def _compile_ahead(graph: dict, key: str, background: bool, whole: bool = False) -> None:
+    """compile_ahead; `whole`: a segment, never split again (it may be a little over
+    LAZYMLIR_SEGMENT_NODES: partition.cut_points)."""
     current = session.current()
     if not current.settings.compile_worker:
         return
@@ -227,6 +250,19 @@ def compile_ahead(graph: dict, key: str, background: bool = False) -> None:
     with current.lock:
         key = _plan_key(current, key)
         if key in current.compiles_ahead or key in _cache(current):
+            return
+        split = None if whole else _split(current, graph)
+        if split is not None:
+            # The segments' compiles start now; the graph's own entry is the split
+            # (made once) and a future done when they all are (compile_pending).
+            futures = []
+            for sub, sub_key in zip(split.segments(), split.keys):
+                _compile_ahead(sub, sub_key, background, whole=True)
+                ahead = current.compiles_ahead.get(_plan_key(current, sub_key))
+                if ahead is not None:
+                    futures.append(ahead[1])
+            current.compiles_ahead[key] = (split, _worker(current, background).submit(
+                _all_done, futures))
             return
         checked = _instrumented(current, graph)
         if checked is not None and checked.static_error:
@@ -239,6 +275,11 @@ def compile_ahead(graph: dict, key: str, background: bool = False) -> None:
         pool = _worker(current, background)
         current.compiles_ahead[key] = (payload, pool.submit(
             _compile_and_store, pool, payload, _disk(current), entry, text))
+
+
+def _all_done(futures: list) -> None:
+    for future in futures:
+        future.exception()  # waits; each segment's outcome stays in its own future
 
 
 def compile_pending(key: str) -> bool:
@@ -267,7 +308,63 @@ def _compile_and_store(pool, payload: dict, disk, entry, text: str) -> dict:
     return result
 
 
-def _make_plan(current, target, graph: dict, key: str):
+def _split(current, graph: dict) -> partition.Partitioned | None:
+    """A graph of more than LAZYMLIR_SEGMENT_NODES nodes, cut into segments (their
+    structural hashes in `.keys`); None for a smaller one, or one with symbolic sizes
+    (its sizes are read from its inputs by position: lowering/front/symbolic.py)."""
+    limit = current.settings.segment_nodes
+    if not limit or len(graph["nodes"]) <= limit or graph.get("symbols"):
+        return None
+    cuts = partition.cut_points(graph, limit)
+    if not cuts:
+        return None
+    split = partition.Partitioned(graph, {}, execute, cuts)
+    target = targets.active().name
+    split.keys = [fx_graph.structural_hash(sub, target) for sub in split.segments()]
+    return split
+
+
+def _segmented(current, target, graph: dict, key: str) -> partition.Partitioned | None:
+    """The plan of a big graph (`_split`): its segments compile at once in the compile
+    workers (compile_ahead: as many at a time as LAZYMLIR_COMPILE_WORKERS), then each
+    segment's plan is taken in order (a compile error of one is raised, or that segment
+    falls back, as for any graph)."""
+    ahead = current.compiles_ahead.get(key)
+    if ahead is None:
+        split = _split(current, graph)
+    elif isinstance(ahead[0], partition.Partitioned):  # split by compile_ahead
+        split = current.compiles_ahead.pop(key)[0]
+    else:  # compiled ahead whole (a graph of a segment's size): that compile is taken
+        split = None
+    if split is None:
+        return None
+    segments = split.segments()
+    for sub, sub_key in zip(segments, split.keys):
+        _compile_ahead(sub, sub_key, background=False, whole=True)
+    split.bind([_segment_plan(current, target, sub, sub_key)
+                for sub, sub_key in zip(segments, split.keys)])
+    return split
+
+
+def _segment_plan(current, target, graph: dict, key: str):
+    """A segment's plan, from the graph cache or made now (not a compile of its own for
+    diagnostics.py: the big graph's compile is)."""
+    key = _plan_key(current, key)
+    cache = _cache(current)
+    plan = cache.get(key)
+    if plan is not None:
+        current.metrics.inc("CachedCompile")
+        return plan
+    plan = _make_plan(current, target, graph, key, whole=True)
+    cache.put(key, plan)
+    return plan
+
+
+def _make_plan(current, target, graph: dict, key: str, whole: bool = False):
+    """`whole`: a segment of a big graph, not split again (`_split`)."""
+    segmented = None if whole else _segmented(current, target, graph, key)
+    if segmented is not None:
+        return segmented
     original = graph
     checked = _instrumented(current, graph)
     if checked is not None:

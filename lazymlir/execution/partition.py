@@ -9,6 +9,11 @@ own, `subgraph`, run through the executor so it is hashed, cached and compiled
 like any other) between those ops, which run eagerly with PyTorch on CPU,
 counted (`run_node_eagerly`).
 
+A graph too big to compile quickly in one piece is cut the same way, without eager
+ops: `cut_points` picks where, and a `Partitioned` plan with those cuts holds
+segments that compile at once in the executor's compile workers, each hashed and
+cached (in memory and on disk) as a graph of its own.
+
 Graphs here are the fx-stage JSON of lowering.front.fx_graph: a value is a ref
 ("input" | "scalar" | "node", index, output).
 """
@@ -129,16 +134,73 @@ def unlowerable_ops(graph: dict, error: CompileError,
     return reasons
 
 
+def cut_points(graph: dict, max_nodes: int) -> list[int]:
+    """Where to cut a graph of more than `max_nodes` nodes into ceil(n / max_nodes)
+    contiguous segments of about equal size, in recorded (topological) order: the
+    node indices that start a segment after the first.
+
+    A value computed before a cut and read after it becomes an output of the earlier
+    segment and an input of the later one (a buffer written and read back). Each cut
+    lies within a window of 1/8 of a segment around its ideal position, where the
+    fewest values cross (one sweep over the nodes: `live[p]`, the values crossing a
+    cut before node p); on a tie, the position nearest the ideal one. A cut placed by
+    what crosses it, not by its index, stays at the same op when nodes are inserted
+    before it, so the later segments keep their hash (and their cached compile)."""
+    nodes = graph["nodes"]
+    count = len(nodes)
+    if max_nodes <= 0 or count <= max_nodes:
+        return []
+    parts = -(-count // max_nodes)
+    last_read: dict[tuple, int] = {}
+    for i, node in enumerate(nodes):
+        for ref in _node_refs(node):
+            if ref[0] == "node":
+                last_read[ref] = i
+    change = [0] * (count + 1)
+    for (_, defined, _), read in last_read.items():
+        change[defined + 1] += 1  # crosses every cut p with defined < p <= read
+        change[read + 1] -= 1
+    live, running = [], 0
+    for delta in change:
+        running += delta
+        live.append(running)
+    # Valleys of the live set: where values stop crossing (a layer's end). In a training
+    # step the set grows over the forward (saved activations) and shrinks over the
+    # backward, so the lowest point of a window is often just its edge, which moves
+    # with the node count; a valley is a place in the graph and moves with its op.
+    valley = [0 < p < count and live[p] < live[p - 1] and live[p] <= live[p + 1]
+              for p in range(count + 1)]
+    window = max(1, count // (parts * 8))
+    cuts: list[int] = []
+    for j in range(1, parts):
+        ideal = j * count / parts
+        low = max(cuts[-1] + 1 if cuts else 1, int(ideal) - window)
+        high = min(count - 1, int(ideal) + window)
+        if low > high:
+            continue
+        places = [p for p in range(low, high + 1) if valley[p]] or range(low, high + 1)
+        cuts.append(min(places, key=lambda p: (live[p], abs(p - ideal), p)))
+    return cuts
+
+
 class Partitioned:
-    """Compiled segments between ops that run eagerly (on CPU, counted).
+    """Compiled segments between ops that run eagerly (on CPU, counted), or, with `cuts`
+    (node indices that start a new segment), a big graph's segments.
 
     `run_segment(graph, inputs, scalars)` runs a compiled segment (the executor's
-    `execute`, so each segment is cached and compiled as a graph of its own)."""
+    `execute`, so each segment is cached and compiled as a graph of its own) unless
+    the segments' plans were prepared ahead (`bind`): then each runs its plan, without
+    the session's lock, so a plan of compiled segments only may run on the execution
+    thread (executor.in_background)."""
 
-    def __init__(self, graph: dict, eager: dict[int, str], run_segment: Callable):
+    def __init__(self, graph: dict, eager: dict[int, str], run_segment: Callable,
+                 cuts=()):
         self.graph = graph
         self.run_segment = run_segment
         self.eager = eager  # node index -> why it does not lower
+        self.plans: list | None = None  # one per compiled segment, in order (`bind`)
+        self.keys: list[str] = []  # their structural hashes, where the executor keeps them
+        cuts = frozenset(cuts)
         nodes = graph["nodes"]
         needed_later: dict[tuple, int] = {}  # ref -> last node index reading it
         for i, node in enumerate(nodes):
@@ -163,17 +225,30 @@ class Partitioned:
                 close_segment(i)
                 self.steps.append(("eager", i))
             else:
+                if i in cuts:
+                    close_segment(i)
                 segment.append(i)
         close_segment(len(nodes))
+
+    def segments(self) -> list[dict]:
+        """The graphs of the compiled segments, in order."""
+        return [step[1] for step in self.steps if step[0] == "compiled"]
+
+    def bind(self, plans: list) -> None:
+        """The plans that run the compiled segments (one per `segments()` graph)."""
+        self.plans = list(plans)
 
     def run(self, target, inputs: list, scalars: list[float]) -> list:
         env: dict[tuple, object] = {("input", i, 0): data for i, data in enumerate(inputs)}
         env.update({("scalar", i, 0): value for i, value in enumerate(scalars)})
+        plans = iter(self.plans) if self.plans is not None else None
         for step in self.steps:
             if step[0] == "compiled":
                 _, sub, reads, outs = step
-                results = self.run_segment(sub, [env[r] for r in reads if r[0] != "scalar"],
-                                           [env[r] for r in reads if r[0] == "scalar"])
+                tensors = [env[r] for r in reads if r[0] != "scalar"]
+                values = [env[r] for r in reads if r[0] == "scalar"]
+                results = next(plans).run(target, tensors, values) if plans is not None \
+                    else self.run_segment(sub, tensors, values)
                 env.update(zip(outs, results))
             else:
                 fallback.count(op_name(self.graph["nodes"][step[1]]), self.eager[step[1]])

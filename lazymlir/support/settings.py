@@ -82,6 +82,10 @@ class Settings:
     # 17-19% faster and ones that read it every step 2-5% slower
     # (benchmarks/results/2026-11-27/async-steps-quiet.md).
     async_execution: bool = True
+    # LAZYMLIR_SEGMENT_NODES: a graph of more nodes is compiled as ceil(nodes / this)
+    # segments at once in the compile workers, each cached on its own (0: never split;
+    # execution/partition.py's cut_points)
+    segment_nodes: int = 3000
 
 
 _ENV = {
@@ -110,9 +114,10 @@ _ENV = {
     "cpu_vector_isa": "LAZYMLIR_CPU_VECTOR_ISA",
     "cpu_alloc_cache_mb": "LAZYMLIR_CPU_ALLOC_CACHE_MB",
     "async_execution": "LAZYMLIR_ASYNC",
+    "segment_nodes": "LAZYMLIR_SEGMENT_NODES",
 }
 # Integer settings whose smallest value is 0 rather than 1.
-_ZERO_ALLOWED = {"cpu_alloc_cache_mb", "dynamic_after"}
+_ZERO_ALLOWED = {"cpu_alloc_cache_mb", "dynamic_after", "segment_nodes"}
 _CHOICES = {"target": _TARGETS, "log_level": _LOG_LEVELS, "fallback": _FALLBACK,
             "cuda_driver": _CUDA_DRIVERS, "cpu_vector_isa": _CPU_VECTOR_ISAS}
 
