@@ -8,9 +8,9 @@ momentum, `mark_step`, `loss.item()`) with its stage outputs dumped to a tempora
 and prints the tracing time, the step's wall time, the process's CPU time (its own and its
 compile workers'), and, per compiled graph (each segment of a graph split for compiling,
 execution/partition.py's `cut_points`, in the order they finished), its size and each
-compile stage's time from the dump's manifest (lowering/compiler.py). A profiling tool for compile time
-(benchmarks/results/2026-11-27/densenet-step-compile-breakdown.md), not a table of ratios:
-it compiles once.
+compile stage's time from the dump's manifest (lowering/compiler.py). A profiling tool
+for compile time (benchmarks/results/2026-11-27/densenet-step-compile-breakdown.md), not a
+table of ratios: it compiles once.
 """
 
 from __future__ import annotations
