@@ -20,6 +20,7 @@ Graphs here are the fx-stage JSON of lowering.front.fx_graph: a value is a ref
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable
 
 import torch
@@ -208,6 +209,7 @@ class Partitioned:
                 needed_later[ref] = i
         graph_outputs = {tuple(o["ref"]) for o in graph["outputs"]}
         self.steps: list = []
+        ends: list[int] = []  # the last node index of each step
         segment: list[int] = []
 
         def close_segment(next_index: int) -> None:
@@ -218,17 +220,28 @@ class Partitioned:
                     or needed_later.get(("node", i, k), -1) >= next_index]
             sub, reads = subgraph(graph, list(segment), outs)
             self.steps.append(("compiled", sub, reads, outs))
+            ends.append(segment[-1])
             segment.clear()
 
         for i in range(len(nodes)):
             if i in eager:
                 close_segment(i)
                 self.steps.append(("eager", i))
+                ends.append(i)
             else:
                 if i in cuts:
                     close_segment(i)
                 segment.append(i)
         close_segment(len(nodes))
+        # Values that cross from one step to a later one, dropped after the step that
+        # reads them last: a big graph's segments hold one segment's crossing values at a
+        # time, not every value until the run ends (saved activations of a training step).
+        self.drops: list[list[tuple]] = [[] for _ in self.steps]
+        for ref, last in needed_later.items():
+            if ref[0] == "node" and ref not in graph_outputs:
+                reader = bisect.bisect_left(ends, last)
+                if bisect.bisect_left(ends, ref[1]) != reader:  # (a step's own: never in env)
+                    self.drops[reader].append(ref)
 
     def segments(self) -> list[dict]:
         """The graphs of the compiled segments, in order."""
@@ -242,7 +255,7 @@ class Partitioned:
         env: dict[tuple, object] = {("input", i, 0): data for i, data in enumerate(inputs)}
         env.update({("scalar", i, 0): value for i, value in enumerate(scalars)})
         plans = iter(self.plans) if self.plans is not None else None
-        for step in self.steps:
+        for step, drops in zip(self.steps, self.drops):
             if step[0] == "compiled":
                 _, sub, reads, outs = step
                 tensors = [env[r] for r in reads if r[0] != "scalar"]
@@ -253,6 +266,8 @@ class Partitioned:
             else:
                 fallback.count(op_name(self.graph["nodes"][step[1]]), self.eager[step[1]])
                 run_node_eagerly(self.graph, target, step[1], env)
+            for ref in drops:
+                del env[ref]
         return [env[tuple(o["ref"])] for o in self.graph["outputs"]]
 
 

@@ -11,6 +11,7 @@ lower falls back around its op as a whole graph would.
 from __future__ import annotations
 
 import threading
+import weakref
 
 import pytest
 import torch
@@ -161,6 +162,26 @@ def test_cut_points_are_near_equal_and_cross_few_values():
     hashes = [fx_graph.structural_hash(s, "cpu") for s in split.segments()]
     grown_hashes = [fx_graph.structural_hash(s, "cpu") for s in shifted.segments()]
     assert hashes[1:] == grown_hashes[1:] and hashes[0] != grown_hashes[0]
+
+
+def test_a_split_run_frees_each_crossing_value_after_its_last_reader():
+    """A value that crosses a cut is dropped once the segment that reads it last has run:
+    a big graph's run holds one cut's crossing values at a time (a training step's saved
+    activations), not every one until the run ends."""
+    graph = _blocks(20)  # 4 segments; segment k's last value is read by segment k + 1 only
+    split = partition.Partitioned(graph, {}, None, partition.cut_points(graph, 60))
+    made, alive = [], []  # per segment run: weak references to its outputs; who lived
+
+    def run_segment(sub, tensors, scalars):
+        alive.append([[ref() is not None for ref in refs] for refs in made])
+        outputs = [torch.zeros(3) for _ in sub["outputs"]]
+        made.append([weakref.ref(o) for o in outputs])
+        return outputs
+
+    split.run_segment = run_segment
+    result = split.run(None, [torch.ones(3), torch.ones(3)], [])
+    assert alive == [[], [[True]], [[False], [True]], [[False], [False], [True]]]
+    assert made[-1][0]() is result[0]  # the graph's output is kept
 
 
 def test_a_big_compiled_graph_with_in_place_updates_splits(small_segments, compiles_in_flight):
