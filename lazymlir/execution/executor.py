@@ -157,13 +157,21 @@ def _plan_key(current, key: str) -> str:
     return key
 
 
-def _plan(current, target, graph, key: str):
-    """`graph`: the document, or a function that builds it (called on a cache miss)."""
-    key = _plan_key(current, key)
+def _cached_plan(current, key: str) -> tuple:
+    """(the session's graph cache, the plan it holds under `key` or None); a hit counts
+    as a CachedCompile."""
     cache = _cache(current)
     plan = cache.get(key)
     if plan is not None:
         current.metrics.inc("CachedCompile")
+    return cache, plan
+
+
+def _plan(current, target, graph, key: str):
+    """`graph`: the document, or a function that builds it (called on a cache miss)."""
+    key = _plan_key(current, key)
+    cache, plan = _cached_plan(current, key)
+    if plan is not None:
         return plan
     if callable(graph):
         graph = graph()
@@ -350,10 +358,8 @@ def _segment_plan(current, target, graph: dict, key: str):
     """A segment's plan, from the graph cache or made now (not a compile of its own for
     diagnostics.py: the big graph's compile is)."""
     key = _plan_key(current, key)
-    cache = _cache(current)
-    plan = cache.get(key)
+    cache, plan = _cached_plan(current, key)
     if plan is not None:
-        current.metrics.inc("CachedCompile")
         return plan
     plan = _make_plan(current, target, graph, key, whole=True)
     cache.put(key, plan)
