@@ -81,6 +81,34 @@ def conv2d_backward(x, w, b, grad_out):
     return x.grad, w.grad, b.grad
 
 
+def cnn_step(x, labels, conv_w, bn_w, bn_b, running_mean, running_var, fc_w, fc_b):
+    """A small vision network's training step as one graph: convolution, batch norm in
+    training mode (batch statistics, the running statistics updated), ReLU, max pooling,
+    global average pooling, a linear classifier, cross-entropy on integer labels, backward
+    and SGD (lr 0.1): the layers of the real-size vision networks (tests/python/e2e/
+    test_real_size.py). Outputs: the loss, both running statistics, the new parameters."""
+    params = [p.clone().requires_grad_(True) for p in (conv_w, bn_w, bn_b, fc_w, fc_b)]
+    conv_w, bn_w, bn_b, fc_w, fc_b = params
+    mean, var = running_mean.clone(), running_var.clone()
+    h = F.batch_norm(F.conv2d(x, conv_w, padding=1), mean, var, bn_w, bn_b,
+                     training=True, momentum=0.1)
+    h = F.adaptive_avg_pool2d(F.max_pool2d(torch.relu(h), 2), 1).flatten(1)
+    loss = F.cross_entropy(h @ fc_w.t() + fc_b, labels)
+    loss.backward()
+    with torch.no_grad():
+        new = [p - 0.1 * p.grad for p in params]
+    return [loss.detach(), mean, var, *new]
+
+
+def sdpa_causal(q, k, v, grad_out):
+    """`F.scaled_dot_product_attention` with a causal mask, forward and backward (the
+    attention of Hugging Face's GPT-style models): the output and the three gradients."""
+    q, k, v = (t.clone().requires_grad_(True) for t in (q, k, v))
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    out.backward(grad_out)
+    return out.detach(), q.grad, k.grad, v.grad
+
+
 def _randn(*shape, dtype=torch.float32):
     return lambda: tuple(torch.randn(s, dtype=dtype) for s in shape)
 
@@ -161,6 +189,13 @@ CASES = {
                         # f32 through a whole backward: the squared gradients (AdamW's
                         # second moments) are ~2.5e-4 from float64 on the cpu target too.
                         {"tolerance": 1e-3}),
+    "cnn_step": (cnn_step,
+                 lambda: (torch.randn(4, 3, 16, 16), torch.randint(0, 10, (4,)),
+                          torch.randn(8, 3, 3, 3), 1 + 0.1 * torch.randn(8), torch.randn(8),
+                          torch.zeros(8), torch.ones(8), torch.randn(10, 8), torch.randn(10)),
+                 {"ints": 10}),
+    "sdpa_causal": (sdpa_causal, _randn((2, 4, 16, 32), (2, 4, 16, 32), (2, 4, 16, 32),
+                                        (2, 4, 16, 32)), {}),
 }
 
 

@@ -17,8 +17,9 @@ error within the output dtype's tolerance; a NaN or infinity where the reference
 none fails; integer outputs exactly), on the emulator once more with the blocks of
 every grid run last to first, then it is timed with the runtime's events after warm-up
 (median of --repeat runs), and on a GPU next to torch eager CUDA and as a fraction
-of the H100 roofline. On a GPU, compute-sanitizer (memcheck, racecheck) runs a subset
-once more where the machine has it, and DLPack is tried both ways with torch.cuda.
+of the roofline (an H100 SXM's; an H200's memory bandwidth on one). On a GPU,
+compute-sanitizer (memcheck, racecheck) runs a subset once more where the machine has
+it, and DLPack is tried both ways with torch.cuda.
 Writes report.md and report.json under --out; the last line printed is
 `RESULT pass=N/T ...`.
 """
@@ -44,8 +45,10 @@ import numpy as np
 
 KIT = Path(__file__).resolve().parent
 LIB_NAME = "liblazymlir_cuda_runtime.so"
-# H100 SXM roofline (docs/gpu-results.md): HBM bytes/s and dense FLOP/s per dtype.
+# H100 SXM roofline (docs/gpu-results.md): HBM bytes/s and dense FLOP/s per dtype. An
+# H200 has the same SMs and clocks (the same FLOP/s) with faster HBM3e.
 HBM_BYTES_PER_S = 3.35e12
+HBM_BYTES_PER_S_BY_NAME = {"H200": 4.8e12}
 PEAK_FLOPS = {"float32": 60e12, "float16": 990e12, "bfloat16": 990e12, "float64": 60e12}
 # Normwise relative error allowed against float64, by output dtype: a few roundings
 # of the output type over the accumulation lengths of the kit's graphs.
@@ -340,7 +343,7 @@ def run_bundle(rt: Runtime, folder: Path, driver: str, repeat: int, torch_cuda) 
             result.update(eager(torch_cuda, folder, bundle, inputs, repeat))
         except Exception as e:  # noqa: BLE001 - reported next to the bundle's result
             result["eager_error"] = f"{type(e).__name__}: {e}"[:500]
-    result.update(roofline(bundle, result, driver))
+    result.update(roofline(bundle, result, driver, getattr(rt, "device", "")))
     return result
 
 
@@ -401,7 +404,13 @@ def eager(torch, folder: Path, bundle: dict, inputs, repeat) -> dict:
     return {"eager_ms": statistics.median(times), "eager_checks": checks}
 
 
-def roofline(bundle: dict, result: dict, driver: str) -> dict:
+def hbm_bytes_per_s(device: str) -> float:
+    """The memory roofline of the GPU named `device` (the driver's name for it)."""
+    return next((v for k, v in HBM_BYTES_PER_S_BY_NAME.items() if k in device),
+                HBM_BYTES_PER_S)
+
+
+def roofline(bundle: dict, result: dict, driver: str, device: str = "") -> dict:
     seconds = result["ms"] * 1e-3
     out = {"bytes": bundle["bytes"], "flops": bundle["flops"]}
     if seconds <= 0:
@@ -409,7 +418,7 @@ def roofline(bundle: dict, result: dict, driver: str) -> dict:
     out["GB/s"] = bundle["bytes"] / seconds / 1e9
     out["TFLOP/s"] = bundle["flops"] / seconds / 1e12
     if driver == "cuda":  # on the emulator a fraction of an H100 means nothing
-        floor = max(bundle["bytes"] / HBM_BYTES_PER_S,
+        floor = max(bundle["bytes"] / hbm_bytes_per_s(device),
                     bundle["flops"] / PEAK_FLOPS.get(bundle["compute_dtype"], 60e12))
         out["roofline_us"] = floor * 1e6
         out["fraction_of_roofline"] = floor / seconds

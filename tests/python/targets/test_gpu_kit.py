@@ -55,3 +55,13 @@ def test_kit_builds_and_every_bundle_passes_on_the_emulator(tmp_path):
             assert len(row["checks"]) >= 2 and row["ms"] >= 0, name
     assert "| embedding_out_of_range | pass (error reported) |" in \
         (out / "report.md").read_text()
+
+
+def test_memory_roofline_follows_the_device_name():
+    from lazymlir.gpu_kit import kit_runner
+
+    assert kit_runner.hbm_bytes_per_s("NVIDIA H200") == 4.8e12
+    assert kit_runner.hbm_bytes_per_s("NVIDIA H100 80GB HBM3") == 3.35e12
+    bundle = {"bytes": 4.8e9, "flops": 0, "compute_dtype": "float32"}
+    row = kit_runner.roofline(bundle, {"ms": 2.0}, "cuda", "NVIDIA H200")
+    assert abs(row["fraction_of_roofline"] - 0.5) < 1e-9
