@@ -33,6 +33,8 @@ def resolve(requested: str) -> Target:
             raise RuntimeError(f"LAZYMLIR_CUDA_DRIVER={settings.cuda_driver} is not usable: "
                                f"{problem}")
         if requested == "cuda":
+            # The runtime's own message ends with that advice; the line below gives it whole.
+            problem = problem.removesuffix("; use LAZYMLIR_TARGET=cpu")
             raise RuntimeError(
                 f"LAZYMLIR_TARGET=cuda but no usable GPU: {problem}. "
                 f"Use LAZYMLIR_TARGET=cpu (or auto) on machines without a CUDA driver, or "
