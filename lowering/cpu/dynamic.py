@@ -1,14 +1,14 @@
 """CPU schedule for symbolic sizes: full static tiles, peeled remainders, run-time parallelism.
 
 A graph compiled once for every size (lowering/front/symbolic.py) has `?` dimensions.
-The strategies of schedule.py pick register tiles that divide a static extent; for a
-dynamic one they take the ISA's preferred tile instead, and the loop over such tiles
-is peeled (`transform.loop.peel`): its main part runs only whole tiles, so the op
-inside has a static shape and vectorizes exactly like a static op (a contraction
-keeps its accumulator in registers across K), and its remainder (at most one tile)
-is tiled again by 1 along that dimension, which is static too and vectorizes as
-well (one row of a matmul's register tile, one element of a row step). No masks:
-every vector op the schedule emits is on a static shape.
+The schedule's strategies (schedule_contraction.py, schedule_vector.py) pick register
+tiles that divide a static extent; for a dynamic one they take the ISA's preferred tile
+instead, and the loop over such tiles is peeled (`transform.loop.peel`): its main part
+runs only whole tiles, so the op inside has a static shape and vectorizes exactly like
+a static op (a contraction keeps its accumulator in registers across K), and its
+remainder (at most one tile) is tiled again by 1 along that dimension, which is static
+too and vectorizes as well (one row of a matmul's register tile, one element of a row
+step). No masks: every vector op the schedule emits is on a static shape.
 
 Parallelism depends on the work, which depends on the sizes: an op whose work is
 large enough only for some sizes is put under an `scf.if` on its sizes, read at run

@@ -1,4 +1,4 @@
-"""The host's vector unit, as the CPU schedule (schedule.py) sizes its tiles for it.
+"""The host's vector unit, as the CPU schedule's strategies size their tiles for it.
 
 Compiled graphs are built for the host (`llc -mcpu=native`), but the schedule's
 tiles decide how many vector registers a loop keeps live, and that differs by
@@ -32,7 +32,7 @@ class VectorIsa:
     # Innermost-reduction step: one vector of this many elements per step.
     reduction_tiles: tuple[int, ...]
     # f32 lanes of one vector register: a vectorized elementwise op steps a few of
-    # them (schedule.ELEMENTWISE_REGISTERS).
+    # them (schedule_vector.ELEMENTWISE_REGISTERS).
     lanes: int
     # Transpose tile edges and the vector.transpose lowering for them.
     transpose_tiles: tuple[int, ...]

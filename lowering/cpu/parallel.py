@@ -4,7 +4,7 @@ Which loops: only those the CPU strategies emit as `scf.forall` (fusion's
 loops over blocks of rows; schedule's matmul tiles, and the outermost
 loop of large elementwise ops and row reductions), and only when their work
 is at least `MIN_PARALLEL_ELEMENTS` results or iterations, or
-`schedule.MIN_PARALLEL_FLOPS` multiply-adds; smaller ones run in order
+`schedule_contraction.MIN_PARALLEL_FLOPS` multiply-adds; smaller ones run in order
 (`scf.for`), because handing blocks to other threads costs more than it saves.
 
 How: `scf-forall-to-parallel`, then upstream MLIR's OpenMP path

@@ -68,7 +68,7 @@ module {
 // CHECK-SAME: (%[[ARG0:.*]]: memref<4x8xf32>, %[[ARG1:.*]]: memref<4xf32>) {
 // CHECK: scf.for %[[ARG2:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
 // CHECK: memref.store %{{.*}}, %[[ARG1]][%[[ARG2]]] : memref<4xf32>
-// The row sum is vectorized (lowering/cpu/schedule.py): one 8-wide load and one
+// The row sum is vectorized (lowering/cpu/schedule_vector.py): one 8-wide load and one
 // horizontal add per row.
 // CHECK: scf.for %[[ROW:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
 // CHECK: %[[IN:.*]] = memref.subview %[[ARG0]][%[[ROW]], 0] [1, 8] [1, 1]
@@ -89,9 +89,10 @@ module {
 }
 // CHECK-LABEL: func.func @mm$basic
 // CHECK-SAME: (%[[ARG0:.*]]: memref<4x8xf32>, %[[ARG1:.*]]: memref<8x16xf32>, %[[ARG2:.*]]: memref<4x16xf32>) {
-// Tiled and vectorized (lowering/cpu/schedule.py): the accumulator tile starts as zero
-// registers (the fill of 0 is gone, and the output is never read), is carried through
-// the K loop in registers and written once.
+// Tiled and vectorized (lowering/cpu/schedule_contraction.py): the accumulator tile starts as zero
+// registers (the fill of 0 is gone, and the output is never read:
+// lowering/cpu/schedule_accumulator.py), is carried through the K loop in registers and
+// written once.
 // CHECK: %[[ZERO:.*]] = arith.constant dense<0.000000e+00> : vector<4x16xf32>
 // CHECK-NOT: memref.store
 // CHECK-NOT: vector.transfer_read %[[ARG2]]

@@ -144,8 +144,8 @@ CASES = [
     ("addmm", lambda c, a, b: torch.addmm(c, a, b, beta=0.5, alpha=2.0),
      (r(3, 5), r(3, 4, seed=1), r(4, 5, seed=2))),
     # Shapes the CPU schedule tiles: accumulators start as zero registers where the
-    # K loop is whole (lowering/cpu/schedule.py _zero_inits), from the fill where it
-    # is split into cache tiles (K = 512), and an addmm's bias is added after.
+    # K loop is whole (lowering/cpu/schedule_accumulator.py zero_inits), from the fill
+    # where it is split into cache tiles (K = 512), and an addmm's bias is added after.
     ("mm_tiled", torch.mm, (r(8, 16), r(16, 32, seed=1))),
     ("mm_tiled_split_k", torch.mm, (r(4, 512), r(512, 16, seed=1))),
     ("bmm_tiled", torch.bmm, (r(2, 8, 16), r(2, 16, 32, seed=1))),
