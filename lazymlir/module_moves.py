@@ -34,6 +34,7 @@ from torch import nn
 from torch._C import _functionalization
 
 DEVICE_TYPE = "lazy_mlir"
+REBASE = True  # False: moved parameters stay views of a detached base (benchmarks compare)
 _state = threading.local()
 
 
@@ -92,7 +93,7 @@ def install() -> None:
         depth = getattr(_state, "depth", 0)
         outer = depth == 0 and recurse
         groups = _shared_slots(self) if outer else []
-        off_device = _off_device_slots(self) if outer else []
+        off_device = _off_device_slots(self) if outer and REBASE else []
         _state.depth = depth + 1
         try:
             result = original(self, fn, recurse)
