@@ -79,8 +79,16 @@ def _rebase(moved: list[nn.Parameter]) -> None:
         if len(views) != 1 or type(views[0]) is not _functionalization.detach_ViewMeta:
             continue
         torch._sync(param)
+        value = torch._from_functional_tensor(param)
         with torch.no_grad():
-            param.data = torch._to_functional_tensor(torch._from_functional_tensor(param))
+            param.data = torch._to_functional_tensor(value)
+            # One update of the new storage (same value): a view of a tensor whose
+            # storage was never updated is current at birth, one of an updated tensor is
+            # regenerated at first use, so without it the first step's graph would lack
+            # the regenerated views of every later step's and compile once more.
+            torch._functionalize_replace(param, value)
+            torch._functionalize_commit_update(param)
+            torch._sync(param)
 
 
 def install() -> None:
