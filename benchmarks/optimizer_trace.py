@@ -31,7 +31,9 @@ benchmarks/results/<today>/<label>.md. Variants: `foreach-dispatcher` (a `_forea
 op's element ops go back through PyTorch's dispatcher, as before
 tracing/functional.py called the tracer's entry for them), `float-keyed-templates`
 (addcdiv's and addcmul's templates keyed by their `value`, as before
-tracing/decompose.py took it as an argument).
+tracing/decompose.py took it as an argument), `detached-parameters` (a second model
+whose parameters stay views of a detached base after `.to("lazy_mlir")`, as before
+lazymlir/module_moves.py made them bases).
 """
 
 from __future__ import annotations
@@ -104,7 +106,10 @@ def foreach_addcmul_us(rounds: int = 60) -> float:
 
 
 VARIANTS = {"foreach-dispatcher": ("lazymlir.tracing.functional", "DIRECT_ELEMENTS", False),
-            "float-keyed-templates": ("lazymlir.tracing.decompose", "FLOAT_ARGUMENTS", False)}
+            "float-keyed-templates": ("lazymlir.tracing.decompose", "FLOAT_ARGUMENTS", False),
+            "detached-parameters": ("lazymlir.module_moves", "REBASE", False)}
+# Variants that hold at the module move: a second model is moved with the variant on.
+_AT_MOVE = {"detached-parameters"}
 
 
 def alternate(variant: str, key: str, steps: int) -> dict:
@@ -118,13 +123,20 @@ def alternate(variant: str, key: str, steps: int) -> dict:
     module, name, value = VARIANTS[variant]
     module = importlib.import_module(module)
     current = getattr(module, name)
-    pair = TrainingPair(*training_workload(key))
-    model, opt = pair.lazy_model, pair.lazy_opt
+    workload = training_workload(key)
+    pair = TrainingPair(*workload)
+    models = {False: (pair.lazy_model, pair.lazy_opt)}
+    if variant in _AT_MOVE:
+        setattr(module, name, value)
+        variant_model = workload[0]().to("lazy_mlir")
+        setattr(module, name, current)
+        models[True] = variant_model, workload[1](variant_model.parameters())
     clock = time.process_time
     times: dict = {True: [], False: []}
 
     def step(on: bool) -> tuple[float, float]:
-        setattr(module, name, value if on else current)
+        model, opt = models.get(on, models[False])
+        setattr(module, name, value if on and variant not in _AT_MOVE else current)
         began = clock()
         opt.zero_grad()
         loss = pair.loss_fn(model, pair.xl, pair.yl)
