@@ -112,6 +112,19 @@ def launch(plan, run: runs.Run, inputs, scalars: list[float], done) -> None:
     (runs.py); `inputs()` gives its input buffers there, `done(outputs, error)` binds."""
     target = targets.active()
     metrics = session.current().metrics
+    if type(plan) is Compiled and plan.starts_natively():
+        # The compiled call runs on the target's native thread, which never takes the
+        # GIL: everything in Python around it happens on the user's thread (runs.py).
+        def start():
+            started = plan.start(target, inputs(), scalars)
+
+            def finish() -> list:
+                outputs = started.result()
+                metrics.add_time("ExecuteTime", started.seconds())
+                return outputs
+            return finish
+        runs.runner(session.current()).launch_started(run, start, done)
+        return
 
     def job() -> list:
         buffers = inputs()
@@ -592,6 +605,17 @@ class Compiled:
             return self._eagerly(target, inputs, scalars, originals)
         return outputs
 
+    def starts_natively(self) -> bool:
+        """Whether `start` may run this plan on the target's native thread: the target
+        can, and a failed check would not need inputs the code updated in place."""
+        executable = self.executable
+        return executable.starts_natively and not self.flags and \
+            not (executable.in_place and executable.checks_at_run_time)
+
+    def start(self, target, inputs: list, scalars: list[float]) -> "_Started":
+        """Start a run on the target's native thread (`starts_natively()`)."""
+        return _Started(self, target, inputs, scalars)
+
     @staticmethod
     def _with_scalars(target, inputs: list, scalars: list[float]) -> list:
         """The scalar inputs as 0-d float64 buffers after the inputs."""
@@ -608,6 +632,27 @@ class Compiled:
     def _eagerly(self, target, inputs: list, scalars: list[float], originals: dict) -> list:
         inputs = [originals.get(i, data) for i, data in enumerate(inputs)]
         return EagerReference(self.graph).run(target, inputs, scalars)
+
+
+class _Started:
+    """A run of a Compiled plan under way on the target's native thread."""
+
+    __slots__ = ("plan", "target", "inputs", "scalars", "call")
+
+    def __init__(self, plan: Compiled, target, inputs: list, scalars: list[float]):
+        self.plan, self.target, self.inputs, self.scalars = plan, target, inputs, scalars
+        self.call = plan.executable.start(inputs, scalars)
+
+    def result(self) -> list:
+        """Its outputs, once it has run (a failed check reruns the graph eagerly here)."""
+        try:
+            return self.call.result()
+        except targets.CompiledCheckFailed as failed:
+            log.info("%s; running the graph eagerly", failed)
+            return self.plan._eagerly(self.target, self.inputs, self.scalars, {})
+
+    def seconds(self) -> float:
+        return self.call.seconds()
 
 
 class EagerReference:

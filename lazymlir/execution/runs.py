@@ -40,6 +40,7 @@ from .. import session
 log = logging.getLogger("lazymlir.runs")
 
 IN_FLIGHT = 1  # launched graphs not finished, at most (a launch beyond waits)
+_STARTED = -1  # in a queued item's thread count: started on a native thread
 
 
 class FailedInput(Exception):
@@ -110,6 +111,28 @@ class Runner:
             self._queue.append((run, job, done, threads))
             self._work.notify()
 
+    def launch_started(self, run: Run, start: Callable[[], Callable[[], list]],
+                       done: Callable[[list | None, BaseException | None], None]) -> None:
+        """Queue `run`, started here by `start()` on a native thread that never takes the
+        GIL; `start` returns a function that waits for its outputs (with the GIL released).
+        Every earlier launch finishes first (their outputs are its inputs, resolved by
+        `start`). Whichever thread next waits for it (the next launch, a read, `drain`)
+        binds its outcome, on that thread: the execution thread takes no part."""
+        self._wait_until(lambda: not self._queue)
+        try:
+            finish = start()
+        except BaseException as error:  # noqa: BLE001  an input failed, or no call
+            def failed():
+                raise error
+            self._run(run, failed, done)
+            with self._changed:
+                run.finished = True
+            if not isinstance(run.error, Exception):
+                raise run.error from None
+            return
+        with self._changed:
+            self._queue.append((run, finish, done, _STARTED))
+
     def wait_for(self, run: Run) -> None:
         """Return once `run` has finished."""
         if not run.done():
@@ -178,7 +201,9 @@ class Runner:
     def _loop(self) -> None:
         while True:
             with self._changed:
-                while not self._queue or self._claimed:
+                # (A run started on a native thread is bound by a thread waiting for it.)
+                while not self._queue or self._claimed or \
+                        (self._queue[0] is not None and self._queue[0][3] is _STARTED):
                     self._work.wait()
                 item = self._claim()
             if item is None:
