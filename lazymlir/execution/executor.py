@@ -582,13 +582,7 @@ class Compiled:
 
     def run(self, target, inputs: list, scalars: list[float]) -> list:
         executable = self.executable
-        # A failed check reruns the graph eagerly on its inputs as they were: code that
-        # updates inputs in place (torch.compile's buffer and optimizer updates) has
-        # written them by the time a check is read. The caller copies eager's new
-        # values into them, as it does for any plan that returns new buffers.
-        originals: dict[int, object] = {}
-        if executable.in_place and (self.flags or executable.checks_at_run_time):
-            originals = {i: inputs[i].clone() for i, _ in executable.in_place}
+        originals = self._originals(inputs)
         try:
             if executable.takes_scalars:
                 outputs = executable.run(inputs, scalars)
@@ -598,6 +592,22 @@ class Compiled:
         except targets.CompiledCheckFailed as failed:
             log.info("%s; running the graph eagerly", failed)
             return self._eagerly(target, inputs, scalars, originals)
+        return self._checked(target, outputs, inputs, scalars, originals)
+
+    def _originals(self, inputs: list) -> dict:
+        """Copies of the inputs the code updates in place, if a check may fail: a failed
+        check reruns the graph eagerly on its inputs as they were, and code that updates
+        inputs in place (torch.compile's buffer and optimizer updates) has written them
+        by the time a check is read. The caller copies eager's new values into them, as
+        it does for any plan that returns new buffers."""
+        executable = self.executable
+        if executable.in_place and (self.flags or executable.checks_at_run_time):
+            return {i: inputs[i].clone() for i, _ in executable.in_place}
+        return {}
+
+    def _checked(self, target, outputs: list, inputs: list, scalars: list[float],
+                 originals: dict) -> list:
+        """`outputs`, or eager's if the check flag (the last output, with `flags`) is set."""
         if not self.flags:
             return outputs
         flag = target.download(outputs.pop(), torch.empty((), dtype=torch.bool, device="meta"))
@@ -606,11 +616,8 @@ class Compiled:
         return outputs
 
     def starts_natively(self) -> bool:
-        """Whether `start` may run this plan on the target's native thread: the target
-        can, and a failed check would not need inputs the code updated in place."""
-        executable = self.executable
-        return executable.starts_natively and not self.flags and \
-            not (executable.in_place and executable.checks_at_run_time)
+        """Whether `start` may run this plan on the target's native thread."""
+        return self.executable.starts_natively
 
     def start(self, target, inputs: list, scalars: list[float]) -> "_Started":
         """Start a run on the target's native thread (`starts_natively()`)."""
@@ -637,19 +644,22 @@ class Compiled:
 class _Started:
     """A run of a Compiled plan under way on the target's native thread."""
 
-    __slots__ = ("plan", "target", "inputs", "scalars", "call")
+    __slots__ = ("plan", "target", "inputs", "scalars", "originals", "call")
 
     def __init__(self, plan: Compiled, target, inputs: list, scalars: list[float]):
         self.plan, self.target, self.inputs, self.scalars = plan, target, inputs, scalars
+        self.originals = plan._originals(inputs)
         self.call = plan.executable.start(inputs, scalars)
 
     def result(self) -> list:
         """Its outputs, once it has run (a failed check reruns the graph eagerly here)."""
+        plan = self.plan
         try:
-            return self.call.result()
+            outputs = self.call.result()
         except targets.CompiledCheckFailed as failed:
             log.info("%s; running the graph eagerly", failed)
-            return self.plan._eagerly(self.target, self.inputs, self.scalars, {})
+            return plan._eagerly(self.target, self.inputs, self.scalars, self.originals)
+        return plan._checked(self.target, outputs, self.inputs, self.scalars, self.originals)
 
     def seconds(self) -> float:
         return self.call.seconds()

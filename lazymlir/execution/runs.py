@@ -4,7 +4,15 @@ One execution thread per session runs the graphs `mark_step()` launches, one at 
 time, in launch order, so a graph whose inputs are outputs of an earlier launch
 finds them computed (or failed) when its turn comes. The compiled code is called
 through ctypes, which releases the GIL: the next step's tracing in Python overlaps
-the previous step's run. At most `IN_FLIGHT` graphs are launched and not finished:
+the previous step's run.
+
+A graph the target can start on a native thread of its own (`launch_started`: one
+compiled cpu graph) skips the execution thread: the user's thread prepares the call
+and hands it over, and the thread that next waits for it binds its outputs. The
+execution thread needed the GIL before and after each call while the user's thread
+held it to trace the next step, and CPython hands the GIL over every 5 ms: the two
+threads stalled each other, and background runs bought nothing (targets/
+cpu_background.py has the measurement). At most `IN_FLIGHT` graphs are launched and not finished:
 a launch beyond that waits for the oldest, which bounds memory (each run holds its
 inputs and outputs) and keeps the tracer at most one step ahead.
 
