@@ -12,9 +12,11 @@ and hands it over, and the thread that next waits for it binds its outputs. The
 execution thread needed the GIL before and after each call while the user's thread
 held it to trace the next step, and CPython hands the GIL over every 5 ms: the two
 threads stalled each other, and background runs bought nothing (targets/
-cpu_background.py has the measurement). At most `IN_FLIGHT` graphs are launched and not finished:
-a launch beyond that waits for the oldest, which bounds memory (each run holds its
-inputs and outputs) and keeps the tracer at most one step ahead.
+cpu_background.py has the measurement).
+
+At most `IN_FLIGHT` graphs are launched and not finished: a launch beyond that waits
+for the oldest, which bounds memory (each run holds its inputs and outputs) and keeps
+the tracer at most one step ahead.
 
 Errors of a background run are kept on its values (the tracing layer's `done`
 callback marks them failed: reading one raises the error) and also raised once by
@@ -129,14 +131,13 @@ class Runner:
         self._wait_until(lambda: not self._queue)
         try:
             finish = start()
-        except BaseException as error:  # noqa: BLE001  an input failed, or no call
+        # Not BaseException: an interrupt leaves the run unqueued (its values pending).
+        except Exception as error:  # an input's graph failed, or the call did not start
             def failed():
                 raise error
             self._run(run, failed, done)
             with self._changed:
                 run.finished = True
-            if not isinstance(run.error, Exception):
-                raise run.error from None
             return
         with self._changed:
             self._queue.append((run, finish, done, _STARTED))
@@ -211,7 +212,7 @@ class Runner:
             with self._changed:
                 # (A run started on a native thread is bound by a thread waiting for it.)
                 while not self._queue or self._claimed or \
-                        (self._queue[0] is not None and self._queue[0][3] is _STARTED):
+                        (self._queue[0] is not None and self._queue[0][3] == _STARTED):
                     self._work.wait()
                 item = self._claim()
             if item is None:
