@@ -619,7 +619,7 @@ class Compiled:
         """Whether `start` may run this plan on the target's native thread."""
         return self.executable.starts_natively
 
-    def start(self, target, inputs: list, scalars: list[float]) -> "_Started":
+    def start(self, target, inputs: list, scalars: list[float]) -> _Started:
         """Start a run on the target's native thread (`starts_natively()`)."""
         return _Started(self, target, inputs, scalars)
 

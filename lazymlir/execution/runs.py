@@ -133,7 +133,7 @@ class Runner:
             finish = start()
         # Not BaseException: an interrupt leaves the run unqueued (its values pending).
         except Exception as error:  # an input's graph failed, or the call did not start
-            def failed():
+            def failed(error=error):
                 raise error
             self._run(run, failed, done)
             with self._changed:

@@ -218,7 +218,7 @@ class CpuExecutable(Executable):
         self._entry(ctypes.addressof(frame[1]))
         return self._finish(dense, outputs)
 
-    def start(self, inputs: list[torch.Tensor], scalars=()) -> "BackgroundCall":
+    def start(self, inputs: list[torch.Tensor], scalars=()) -> BackgroundCall:
         """Run as `run` does, on the background thread (targets/cpu_background.py): the
         call is prepared here, and `BackgroundCall.result()` waits for it. One call at a
         time in the process: the caller waits for the previous one first."""
