@@ -194,6 +194,9 @@ class CpuExecutable(Executable):
         self._entry = self._lib._mlir_ciface_main
         self._entry.restype = None
         self._entry.argtypes = [ctypes.c_void_p]
+        # The entry's address, for calls on the background thread (taken once: tools
+        # that wrap `_entry` to time it leave it intact).
+        self._entry_address = ctypes.cast(self._entry, ctypes.c_void_p).value
         # Present when the code holds run-time checks (lowering/cpu/asserts.py): returns
         # whether one failed since the last call, and clears that.
         self._failed_checks = getattr(self._lib, _FAILED_CHECKS, None)
@@ -224,7 +227,7 @@ class CpuExecutable(Executable):
         time in the process: the caller waits for the previous one first."""
         dense, outputs, frame = self._prepare(inputs, scalars, self._background_frame)
         library = _background()
-        entry = ctypes.cast(self._entry, ctypes.c_void_p).value
+        entry = self._entry_address
         threads = torch.get_num_threads()
         arguments = ctypes.addressof(frame[1])
         error = library.lazymlir_background_submit(entry, arguments, threads)
