@@ -112,6 +112,19 @@ def launch(plan, run: runs.Run, inputs, scalars: list[float], done) -> None:
     (runs.py); `inputs()` gives its input buffers there, `done(outputs, error)` binds."""
     target = targets.active()
     metrics = session.current().metrics
+    if type(plan) is Compiled and plan.starts_natively():
+        # The compiled call runs on the target's native thread, which never takes the
+        # GIL: everything in Python around it happens on the user's thread (runs.py).
+        def start():
+            started = plan.start(target, inputs(), scalars)
+
+            def finish() -> list:
+                outputs = started.result()
+                metrics.add_time("ExecuteTime", started.seconds())
+                return outputs
+            return finish
+        runs.runner(session.current()).launch_started(run, start, done)
+        return
 
     def job() -> list:
         buffers = inputs()
@@ -569,13 +582,7 @@ class Compiled:
 
     def run(self, target, inputs: list, scalars: list[float]) -> list:
         executable = self.executable
-        # A failed check reruns the graph eagerly on its inputs as they were: code that
-        # updates inputs in place (torch.compile's buffer and optimizer updates) has
-        # written them by the time a check is read. The caller copies eager's new
-        # values into them, as it does for any plan that returns new buffers.
-        originals: dict[int, object] = {}
-        if executable.in_place and (self.flags or executable.checks_at_run_time):
-            originals = {i: inputs[i].clone() for i, _ in executable.in_place}
+        originals = self._originals(inputs)
         try:
             if executable.takes_scalars:
                 outputs = executable.run(inputs, scalars)
@@ -585,12 +592,36 @@ class Compiled:
         except targets.CompiledCheckFailed as failed:
             log.info("%s; running the graph eagerly", failed)
             return self._eagerly(target, inputs, scalars, originals)
+        return self._checked(target, outputs, inputs, scalars, originals)
+
+    def _originals(self, inputs: list) -> dict:
+        """Copies of the inputs the code updates in place, if a check may fail: a failed
+        check reruns the graph eagerly on its inputs as they were, and code that updates
+        inputs in place (torch.compile's buffer and optimizer updates) has written them
+        by the time a check is read. The caller copies eager's new values into them, as
+        it does for any plan that returns new buffers."""
+        executable = self.executable
+        if executable.in_place and (self.flags or executable.checks_at_run_time):
+            return {i: inputs[i].clone() for i, _ in executable.in_place}
+        return {}
+
+    def _checked(self, target, outputs: list, inputs: list, scalars: list[float],
+                 originals: dict) -> list:
+        """`outputs`, or eager's if the check flag (the last output, with `flags`) is set."""
         if not self.flags:
             return outputs
         flag = target.download(outputs.pop(), torch.empty((), dtype=torch.bool, device="meta"))
         if bool(flag):
             return self._eagerly(target, inputs, scalars, originals)
         return outputs
+
+    def starts_natively(self) -> bool:
+        """Whether `start` may run this plan on the target's native thread."""
+        return self.executable.starts_natively
+
+    def start(self, target, inputs: list, scalars: list[float]) -> _Started:
+        """Start a run on the target's native thread (`starts_natively()`)."""
+        return _Started(self, target, inputs, scalars)
 
     @staticmethod
     def _with_scalars(target, inputs: list, scalars: list[float]) -> list:
@@ -608,6 +639,30 @@ class Compiled:
     def _eagerly(self, target, inputs: list, scalars: list[float], originals: dict) -> list:
         inputs = [originals.get(i, data) for i, data in enumerate(inputs)]
         return EagerReference(self.graph).run(target, inputs, scalars)
+
+
+class _Started:
+    """A run of a Compiled plan under way on the target's native thread."""
+
+    __slots__ = ("plan", "target", "inputs", "scalars", "originals", "call")
+
+    def __init__(self, plan: Compiled, target, inputs: list, scalars: list[float]):
+        self.plan, self.target, self.inputs, self.scalars = plan, target, inputs, scalars
+        self.originals = plan._originals(inputs)
+        self.call = plan.executable.start(inputs, scalars)
+
+    def result(self) -> list:
+        """Its outputs, once it has run (a failed check reruns the graph eagerly here)."""
+        plan = self.plan
+        try:
+            outputs = self.call.result()
+        except targets.CompiledCheckFailed as failed:
+            log.info("%s; running the graph eagerly", failed)
+            return plan._eagerly(self.target, self.inputs, self.scalars, self.originals)
+        return plan._checked(self.target, outputs, self.inputs, self.scalars, self.originals)
+
+    def seconds(self) -> float:
+        return self.call.seconds()
 
 
 class EagerReference:

@@ -4,9 +4,19 @@ One execution thread per session runs the graphs `mark_step()` launches, one at 
 time, in launch order, so a graph whose inputs are outputs of an earlier launch
 finds them computed (or failed) when its turn comes. The compiled code is called
 through ctypes, which releases the GIL: the next step's tracing in Python overlaps
-the previous step's run. At most `IN_FLIGHT` graphs are launched and not finished:
-a launch beyond that waits for the oldest, which bounds memory (each run holds its
-inputs and outputs) and keeps the tracer at most one step ahead.
+the previous step's run.
+
+A graph the target can start on a native thread of its own (`launch_started`: one
+compiled cpu graph) skips the execution thread: the user's thread prepares the call
+and hands it over, and the thread that next waits for it binds its outputs. The
+execution thread needed the GIL before and after each call while the user's thread
+held it to trace the next step, and CPython hands the GIL over every 5 ms: the two
+threads stalled each other, and background runs bought nothing (targets/
+cpu_background.py has the measurement).
+
+At most `IN_FLIGHT` graphs are launched and not finished: a launch beyond that waits
+for the oldest, which bounds memory (each run holds its inputs and outputs) and keeps
+the tracer at most one step ahead.
 
 Errors of a background run are kept on its values (the tracing layer's `done`
 callback marks them failed: reading one raises the error) and also raised once by
@@ -40,6 +50,7 @@ from .. import session
 log = logging.getLogger("lazymlir.runs")
 
 IN_FLIGHT = 1  # launched graphs not finished, at most (a launch beyond waits)
+_STARTED = -1  # in a queued item's thread count: started on a native thread
 
 
 class FailedInput(Exception):
@@ -110,6 +121,27 @@ class Runner:
             self._queue.append((run, job, done, threads))
             self._work.notify()
 
+    def launch_started(self, run: Run, start: Callable[[], Callable[[], list]],
+                       done: Callable[[list | None, BaseException | None], None]) -> None:
+        """Queue `run`, started here by `start()` on a native thread that never takes the
+        GIL; `start` returns a function that waits for its outputs (with the GIL released).
+        Every earlier launch finishes first (their outputs are its inputs, resolved by
+        `start`). Whichever thread next waits for it (the next launch, a read, `drain`)
+        binds its outcome, on that thread: the execution thread takes no part."""
+        self._wait_until(lambda: not self._queue)
+        try:
+            finish = start()
+        # Not BaseException: an interrupt leaves the run unqueued (its values pending).
+        except Exception as error:  # an input's graph failed, or the call did not start
+            def failed(error=error):
+                raise error
+            self._run(run, failed, done)
+            with self._changed:
+                run.finished = True
+            return
+        with self._changed:
+            self._queue.append((run, finish, done, _STARTED))
+
     def wait_for(self, run: Run) -> None:
         """Return once `run` has finished."""
         if not run.done():
@@ -178,7 +210,9 @@ class Runner:
     def _loop(self) -> None:
         while True:
             with self._changed:
-                while not self._queue or self._claimed:
+                # (A run started on a native thread is bound by a thread waiting for it.)
+                while not self._queue or self._claimed or \
+                        (self._queue[0] is not None and self._queue[0][3] == _STARTED):
                     self._work.wait()
                 item = self._claim()
             if item is None:

@@ -44,6 +44,10 @@ class Executable(ABC):
     # run(inputs, scalars) takes the graph's scalar inputs as Python floats (else the
     # caller passes them as 0-d float64 buffers after the inputs).
     takes_scalars = False
+    # Whether `start(inputs, scalars)` runs a call on a native thread of the target's,
+    # returning a handle whose `result()` waits for the outputs and `seconds()` says
+    # how long the code ran (cpu: without the GIL, targets/cpu_background.py).
+    starts_natively = False
 
     @abstractmethod
     def run(self, inputs: list) -> list:

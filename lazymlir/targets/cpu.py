@@ -12,10 +12,13 @@ runtime owns every buffer: it allocates the outputs as CPU tensors.
 from __future__ import annotations
 
 import ctypes
+import errno
 import hashlib
 import logging
+import os
 import platform
 import threading
+import types
 from functools import cache
 from pathlib import Path
 
@@ -25,7 +28,7 @@ from torch._prims_common import make_contiguous_strides_for
 
 from .. import session
 from ..support import host_isa
-from . import cpu_alloc, cpu_builtins, cpu_threads
+from . import cpu_alloc, cpu_background, cpu_builtins, cpu_threads
 from . import dlpack_abi
 from .base import CompiledCheckFailed, Executable, OutputMetas, Target
 
@@ -68,6 +71,17 @@ def _threads() -> tuple[ctypes.CDLL, str | None]:
     return lib, gomp
 
 
+@cache
+def _background() -> ctypes.CDLL:
+    """targets/cpu_background.py's thread for compiled calls launched by mark_step()."""
+    return cpu_background.load(session.runtime_library(cpu_background.build), _threads()[0])
+
+
+def background_library() -> ctypes.CDLL:
+    """targets/cpu_background.py's library as loaded (its counters, for tests)."""
+    return _background()
+
+
 def threads_library() -> ctypes.CDLL:
     """targets/cpu_threads.py's library as loaded for the graphs (its counters and
     `lazymlir_threads_tune`, for tests and benchmarks)."""
@@ -83,7 +97,8 @@ def threads_stats() -> dict[str, object] | None:
     return {"forks": lib.lazymlir_threads_forks(),
             "inline_forks": lib.lazymlir_threads_inline_forks(),
             "late_forks": lib.lazymlir_threads_late_forks(),
-            "alone_forks": lib.lazymlir_threads_alone_forks(), "runtime": gomp,
+            "alone_forks": lib.lazymlir_threads_alone_forks(),
+            "shrunk_forks": lib.lazymlir_threads_shrunk_forks(), "runtime": gomp,
             "threads": torch.get_num_threads() if gomp else 1}
 
 
@@ -153,6 +168,7 @@ class CpuExecutable(Executable):
     """A compiled graph: run(list of input CPU tensors) -> list of output CPU tensors."""
 
     takes_scalars = True
+    starts_natively = True
 
     def __init__(self, so_path: Path, output_metas: OutputMetas,
                  in_place: tuple[tuple[int, int], ...] = (), symbols: dict | None = None):
@@ -178,6 +194,9 @@ class CpuExecutable(Executable):
         self._entry = self._lib._mlir_ciface_main
         self._entry.restype = None
         self._entry.argtypes = [ctypes.c_void_p]
+        # The entry's address, for calls on the background thread (taken once: tools
+        # that wrap `_entry` to time it leave it intact).
+        self._entry_address = ctypes.cast(self._entry, ctypes.c_void_p).value
         # Present when the code holds run-time checks (lowering/cpu/asserts.py): returns
         # whether one failed since the last call, and clears that.
         self._failed_checks = getattr(self._lib, _FAILED_CHECKS, None)
@@ -189,6 +208,8 @@ class CpuExecutable(Executable):
         # shapes repeat (a graph's shapes are static: only the data pointers change).
         # Building them afresh cost ~2 us per argument, 30 us of an MLP step's 3 graphs.
         self._frames = threading.local()
+        # The frame of calls run on the background thread (one at a time: see `start`).
+        self._background_frame = types.SimpleNamespace(frame=None)
 
     def run(self, inputs: list[torch.Tensor], scalars=()) -> list[torch.Tensor]:
         """`scalars`: the graph's scalar inputs (0-d float64 memrefs after `inputs`) as
@@ -196,6 +217,32 @@ class CpuExecutable(Executable):
         keeps, not made into tensors (one tensor and its views per call cost 13 us of an
         MLP step's sync, more with cold caches after the code ran, ~0.5 ms of a GPT step
         with 214 scalars)."""
+        dense, outputs, frame = self._prepare(inputs, scalars, self._frames)
+        self._entry(ctypes.addressof(frame[1]))
+        return self._finish(dense, outputs)
+
+    def start(self, inputs: list[torch.Tensor], scalars=()) -> BackgroundCall:
+        """Run as `run` does, on the background thread (targets/cpu_background.py): the
+        call is prepared here, and `BackgroundCall.result()` waits for it. One call at a
+        time in the process: the caller waits for the previous one first."""
+        dense, outputs, frame = self._prepare(inputs, scalars, self._background_frame)
+        library = _background()
+        entry = self._entry_address
+        threads = torch.get_num_threads()
+        arguments = ctypes.addressof(frame[1])
+        error = library.lazymlir_background_submit(entry, arguments, threads)
+        while error == errno.EBUSY:  # another session's call: it runs first
+            while not library.lazymlir_background_wait(cpu_background.WAIT_SLICE_NS):
+                pass
+            error = library.lazymlir_background_submit(entry, arguments, threads)
+        if error:
+            raise RuntimeError(f"the background thread for compiled graphs did not take the "
+                               f"call: {os.strerror(error)}")
+        return BackgroundCall(self, dense, outputs, frame)
+
+    def _prepare(self, inputs: list[torch.Tensor], scalars, frames) -> tuple:
+        """(inputs made dense, fresh outputs, the argument frame: descriptors, their
+        pointer array, the scalars' array), the frame reused from `frames.frame`."""
         empty = _empty_strided
         dense = [t if t.is_contiguous() else t.contiguous() for t in inputs]  # kept alive
         allocations = self._allocations if self._sizes is None else \
@@ -204,7 +251,7 @@ class CpuExecutable(Executable):
         written = self._written
         count = len(dense) + len(scalars) + len(outputs)
         # (symbolic sizes: the descriptors' sizes are read, so they are made per call)
-        frame = None if self._sizes is not None else getattr(self._frames, "frame", None)
+        frame = None if self._sizes is not None else getattr(frames, "frame", None)
         # The compiled code has static shapes: only the data pointers of its arguments
         # change from call to call (the descriptors' sizes and strides are not read).
         if frame is None or frame[3] != (len(dense), len(scalars), len(outputs)):
@@ -217,7 +264,7 @@ class CpuExecutable(Executable):
                 *[ctypes.addressof(d) for d in descriptors])
             frame = (descriptors, pointers, values, (len(dense), len(scalars), len(outputs)))
             if self._sizes is None:
-                self._frames.frame = frame
+                frames.frame = frame
         else:
             descriptors = frame[0]
             for desc, t in zip(descriptors, dense):
@@ -228,7 +275,9 @@ class CpuExecutable(Executable):
                 desc.allocated = desc.aligned = t.data_ptr()
             for i in written:  # data_ptr(): a copy-on-write input gets its own memory first
                 descriptors[i].allocated = descriptors[i].aligned = dense[i].data_ptr()
-        self._entry(ctypes.addressof(frame[1]))
+        return dense, outputs, frame
+
+    def _finish(self, dense: list, outputs: list) -> list:
         if self._failed_checks is not None and self._failed_checks():
             raise CompiledCheckFailed(f"a run-time check in {self.so_path.name} failed")
         if not self.in_place:
@@ -238,6 +287,30 @@ class CpuExecutable(Executable):
         fresh = iter(outputs)
         return [dense[self._in_place_outputs[k]] if k in self._in_place_outputs
                 else next(fresh) for k in range(len(self.output_metas))]
+
+
+class BackgroundCall:
+    """A call `CpuExecutable.start` handed to the background thread; holds its buffers
+    and argument frame until it has finished."""
+
+    __slots__ = ("_executable", "_dense", "_outputs", "_frame")
+
+    def __init__(self, executable: CpuExecutable, dense: list, outputs: list, frame):
+        self._executable, self._dense, self._outputs, self._frame = \
+            executable, dense, outputs, frame
+
+    def result(self) -> list:
+        """Wait (the GIL released) until the call has run; its outputs, as `run`'s.
+        Returns to Python between slices of the wait, so an interrupt is handled."""
+        wait = _background().lazymlir_background_wait
+        while not wait(cpu_background.WAIT_SLICE_NS):
+            pass
+        return self._executable._finish(self._dense, self._outputs)
+
+    @staticmethod
+    def seconds() -> float:
+        """How long the compiled code of the last finished call ran."""
+        return _background().lazymlir_background_last_ns() * 1e-9
 
 
 class _OutputSizes:

@@ -36,6 +36,13 @@ its own share of the loop took is late; the forks of the next 10 ms (doubling
 while the team stays late, up to 1 s) run on the calling thread alone, then one
 fork tries the team again. Same iterations, same code: the same results.
 
+Background runs: a graph the background thread runs while the user's thread is at work
+(tracing the next step: targets/cpu_background.py) leaves that thread a core: its
+forks take one thread fewer than the team (on two threads: the background thread
+alone). Once a thread waits for the run (`lazymlir_threads_waiting`), forks take the
+whole team again. Without it, an MLP step's tracing on two cores spent ~1-1.6 ms of
+its ~2.2 ms waiting for a core while the team ran the previous step.
+
 Nested: a graph run from inside an OpenMP region (from one of the team's threads)
 runs its loops on that thread alone, as PyTorch's `at::parallel_for` does there,
 so the threads at work never outnumber `torch.get_num_threads()` per calling
@@ -64,7 +71,12 @@ static void (*gomp_barrier)(void);
 static int (*thread_num)(void);
 static int (*num_threads)(void);
 static int (*in_parallel)(void);
-static uint64_t forks, inline_forks, late_forks, alone_forks;
+static int (*max_threads)(void);
+static uint64_t forks, inline_forks, late_forks, alone_forks, shrunk_forks;
+/* Background runs: threads blocked until a run ends, the execution thread's mark, and
+   whether forks on it leave a core to the user's thread (benchmarks switch it off). */
+static int32_t waiting, shrink_background = 1;
+static __thread int32_t background;
 /* Depth of regions this thread runs alone (nested, or while the team is late). */
 static __thread int alone;
 
@@ -94,14 +106,25 @@ static uint64_t now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* Binds the OpenMP runtime PyTorch uses (all five, or none: a team of one). */
+void lazymlir_threads_background(int32_t on) { background = on; }
+void lazymlir_threads_waiting(int32_t delta) {
+  __atomic_add_fetch(&waiting, delta, __ATOMIC_RELAXED);
+}
+void lazymlir_threads_shrink_background(int32_t on) { shrink_background = on; }
+uint64_t lazymlir_threads_shrunk_forks(void) {
+  return __atomic_load_n(&shrunk_forks, __ATOMIC_RELAXED);
+}
+
+/* Binds the OpenMP runtime PyTorch uses (all six, or none: a team of one). */
 void lazymlir_threads_bind(void *parallel, void *barrier, void *get_thread_num,
-                           void *get_num_threads, void *omp_in_parallel) {
+                           void *get_num_threads, void *omp_in_parallel,
+                           void *get_max_threads) {
   gomp_parallel = (void (*)(void (*)(void *), void *, unsigned, unsigned))parallel;
   gomp_barrier = (void (*)(void))barrier;
   thread_num = (int (*)(void))get_thread_num;
   num_threads = (int (*)(void))get_num_threads;
   in_parallel = (int (*)(void))omp_in_parallel;
+  max_threads = (int (*)(void))get_max_threads;
 }
 
 uint64_t lazymlir_threads_forks(void) { return __atomic_load_n(&forks, __ATOMIC_RELAXED); }
@@ -186,9 +209,21 @@ void __kmpc_fork_call(ident_t *loc, int32_t argc, microtask_t fn, ...) {
       run_alone(&f);
       return;
     }
+    unsigned size = 0;  /* the team's default size */
+    if (background && shrink_background && !__atomic_load_n(&waiting, __ATOMIC_RELAXED)) {
+      int n = max_threads();
+      if (n > 1) {
+        __atomic_add_fetch(&shrunk_forks, 1, __ATOMIC_RELAXED);
+        if (n == 2) {
+          run_alone(&f);
+          return;
+        }
+        size = (unsigned)(n - 1);
+      }
+    }
     Fork *outer = leading;
     leading = &f;
-    gomp_parallel(run_region, &f, 0, 0);
+    gomp_parallel(run_region, &f, size, 0);
     leading = outer;
     uint64_t ended = now_ns();
     uint64_t share = f.master_done_ns ? f.master_done_ns - began : ended - began;
@@ -278,12 +313,14 @@ def load(library: Path) -> tuple[ctypes.CDLL, str | None]:
     lib.lazymlir_threads_inline_forks.restype = ctypes.c_uint64
     lib.lazymlir_threads_late_forks.restype = ctypes.c_uint64
     lib.lazymlir_threads_alone_forks.restype = ctypes.c_uint64
+    lib.lazymlir_threads_shrunk_forks.restype = ctypes.c_uint64
     gomp_path = loaded_libgomp()
     if gomp_path is not None:
         gomp = ctypes.CDLL(gomp_path)  # the handle of the copy already loaded
         address = [ctypes.cast(getattr(gomp, name), ctypes.c_void_p)
                    for name in ("GOMP_parallel", "GOMP_barrier", "omp_get_thread_num",
-                                "omp_get_num_threads", "omp_in_parallel")]
+                                "omp_get_num_threads", "omp_in_parallel",
+                                "omp_get_max_threads")]
         lib.lazymlir_threads_bind(*address)
     return lib, gomp_path
 

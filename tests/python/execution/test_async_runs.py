@@ -6,7 +6,9 @@ Small graphs, few compiles: each test's graphs are cached after their first step
 from __future__ import annotations
 
 import ctypes
+import sys
 import threading
+import time
 
 import lazymlir
 import pytest
@@ -61,6 +63,35 @@ def test_steps_match_eager_with_reads_in_between(background):
     for pe, pl in zip(eager.parameters(), lazy.parameters()):
         torch.testing.assert_close(pl.cpu(), pe, rtol=1e-5, atol=1e-6)
     assert states <= {"running)", "materialized)"}, states
+    assert_no_fallback()
+
+
+def test_a_launched_graph_runs_while_the_users_thread_holds_the_gil(background):
+    """The compiled code of a launched graph runs on a thread that never takes the GIL:
+    it finishes while the user's thread keeps the GIL (tracing the next step, say),
+    where a Python execution thread could not even start it; values are eager's."""
+    from lazymlir.targets import cpu
+
+    x = torch.randn(64, 32)
+    xl = x.to(DEVICE)
+    ((xl * 2).relu() @ xl.t()).sum().item()  # compiled; the runtime loaded
+    holding = ctypes.PyDLL(cpu.background_library()._name)  # its calls keep the GIL
+    holding.lazymlir_background_finished.restype = ctypes.c_uint64
+    before = holding.lazymlir_background_finished()
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(100.0)  # no other Python thread gets the GIL from this one
+    try:
+        y = ((xl * 2).relu() @ xl.t()).sum()
+        lazymlir.mark_step()
+        deadline = time.monotonic() + 60  # a bound, not a timing: a hang fails
+        while holding.lazymlir_background_finished() == before and \
+                time.monotonic() < deadline:
+            pass
+        finished = holding.lazymlir_background_finished() > before
+    finally:
+        sys.setswitchinterval(switch)
+    assert finished
+    torch.testing.assert_close(y.cpu(), ((x * 2).relu() @ x.t()).sum(), rtol=1e-5, atol=1e-5)
     assert_no_fallback()
 
 

@@ -1,0 +1,199 @@
+"""A native thread that runs compiled CPU graphs launched by `mark_step()`, without the GIL.
+
+Why native: a Python execution thread needs the GIL before and after each compiled
+call (waking up, resolving inputs, allocating outputs, binding them), while the
+user's thread holds it to trace the next step. CPython hands the GIL over on a
+5 ms switch interval, so each handover stalled one thread or the other: on two
+cores, an MLP step's tracing overlapping a background run took 4-9 ms of wall time
+for 1.3-2 ms of CPU, 1-4.5 ms of it asleep waiting for the GIL (perf: the tracing
+thread blocked in `take_gil` ~1.5 times per step), and background runs bought
+nothing against runs at `mark_step()`.
+
+Here the user's thread prepares a call completely (inputs, outputs, argument
+descriptors: targets/cpu.py) and hands this library the graph's entry point and
+its argument array; the thread below calls it and never touches Python. Whoever
+next needs the result (the next launch, a read) waits for it in C, with the GIL
+released, and binds the outputs itself. One call at a time: a submit while a call
+is unfinished is refused (the caller waits first).
+
+The thread's OpenMP team: compiled loops fork on the calling thread's libgomp team
+(targets/cpu_threads.py); each call carries the thread count to use, which the
+thread sets with libgomp's `omp_set_num_threads` (PyTorch's count on the user's
+thread), as torch.set_num_threads would. While nobody waits for the call, its forks
+take one thread fewer, leaving the user's thread a core (cpu_threads.py); a thread
+that starts waiting gives them the whole team back.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from pathlib import Path
+
+from ..support import toolchain
+from .cpu_threads import loaded_libgomp
+
+SOURCE = r"""
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <time.h>
+
+typedef void (*entry_t)(void *);
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+/* One condition both ways: the thread waits for a call, waiters for its end. */
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+static entry_t job_fn;
+static void *job_arg;
+static int job_threads;
+static uint64_t submitted, finished, last_ns;
+static int started;
+static void (*set_threads)(int);
+/* targets/cpu_threads.py: mark this thread's forks as background ones; count waiters. */
+static void (*mark_background)(int32_t);
+static void (*count_waiting)(int32_t);
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void *loop(void *unused) {
+  int threads = 0;
+  (void)unused;
+  if (mark_background) mark_background(1);
+  pthread_mutex_lock(&mu);
+  for (;;) {
+    while (finished == submitted) pthread_cond_wait(&cv, &mu);
+    entry_t fn = job_fn;
+    void *arg = job_arg;
+    int n = job_threads;
+    pthread_mutex_unlock(&mu);
+    if (set_threads && n > 0 && n != threads) {
+      set_threads(n);
+      threads = n;
+    }
+    uint64_t began = now_ns();
+    fn(arg);
+    uint64_t took = now_ns() - began;
+    pthread_mutex_lock(&mu);
+    last_ns = took;
+    finished++;
+    pthread_cond_broadcast(&cv);
+  }
+  return 0;
+}
+
+void lazymlir_background_bind(void *omp_set_num_threads, void *background, void *waiting) {
+  set_threads = (void (*)(int))omp_set_num_threads;
+  mark_background = (void (*)(int32_t))background;
+  count_waiting = (void (*)(int32_t))waiting;
+}
+
+/* 0: the call is under way; EBUSY: a call is unfinished; else pthread_create's error. */
+int lazymlir_background_submit(void *fn, void *arg, int threads) {
+  pthread_mutex_lock(&mu);
+  if (finished != submitted) {
+    pthread_mutex_unlock(&mu);
+    return EBUSY;
+  }
+  if (!started) {
+    pthread_t thread;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    int error = pthread_create(&thread, &attr, loop, 0);
+    pthread_attr_destroy(&attr);
+    if (error) {
+      pthread_mutex_unlock(&mu);
+      return error;
+    }
+    started = 1;
+  }
+  job_fn = (entry_t)fn;
+  job_arg = arg;
+  job_threads = threads;
+  submitted++;
+  pthread_cond_broadcast(&cv);
+  pthread_mutex_unlock(&mu);
+  return 0;
+}
+
+/* Waits at most timeout_ns for the call to end; 1 once no call is unfinished. */
+int lazymlir_background_wait(int64_t timeout_ns) {
+  struct timespec deadline;
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  deadline.tv_sec += timeout_ns / 1000000000;
+  deadline.tv_nsec += timeout_ns % 1000000000;
+  if (deadline.tv_nsec >= 1000000000) {
+    deadline.tv_sec++;
+    deadline.tv_nsec -= 1000000000;
+  }
+  pthread_mutex_lock(&mu);
+  int waited = finished != submitted;
+  /* Someone waits: the call's remaining loops take the whole team again. */
+  if (waited && count_waiting) count_waiting(1);
+  while (finished != submitted)
+    if (pthread_cond_timedwait(&cv, &mu, &deadline) == ETIMEDOUT) break;
+  int idle = finished == submitted;
+  pthread_mutex_unlock(&mu);
+  if (waited && count_waiting) count_waiting(-1);
+  return idle;
+}
+
+/* Calls finished since the process started (tests read it holding the GIL). */
+uint64_t lazymlir_background_finished(void) {
+  pthread_mutex_lock(&mu);
+  uint64_t count = finished;
+  pthread_mutex_unlock(&mu);
+  return count;
+}
+
+/* How long the last finished call took, in nanoseconds. */
+uint64_t lazymlir_background_last_ns(void) {
+  pthread_mutex_lock(&mu);
+  uint64_t took = last_ns;
+  pthread_mutex_unlock(&mu);
+  return took;
+}
+
+/* In a forked child: the thread is not there (and the lock may be held). */
+void lazymlir_background_forget(void) {
+  pthread_mutex_init(&mu, 0);
+  pthread_cond_init(&cv, 0);
+  started = 0;
+  submitted = finished = 0;
+}
+"""
+
+LIBRARY_STEM = "liblazymlir_cpu_background"
+WAIT_SLICE_NS = 100_000_000  # a wait returns to Python this often (Ctrl-C is handled)
+
+
+def build(directory: str | os.PathLike) -> Path:
+    """directory/<stem>-<hash>.so, compiled if it is not there yet."""
+    return toolchain.build_c_library(SOURCE, LIBRARY_STEM, directory, flags=("-pthread",))
+
+
+def load(library: Path, threads: ctypes.CDLL) -> ctypes.CDLL:
+    """The loaded library, bound to the OpenMP runtime PyTorch uses (if any) and to
+    `threads` (targets/cpu_threads.py's library, which runs the graphs' forks); a
+    forked child starts without the thread."""
+    lib = ctypes.CDLL(str(library))
+    lib.lazymlir_background_submit.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+    lib.lazymlir_background_submit.restype = ctypes.c_int
+    lib.lazymlir_background_wait.argtypes = [ctypes.c_int64]
+    lib.lazymlir_background_wait.restype = ctypes.c_int
+    lib.lazymlir_background_last_ns.restype = ctypes.c_uint64
+    lib.lazymlir_background_finished.restype = ctypes.c_uint64
+    gomp_path = loaded_libgomp()
+    if gomp_path is not None:
+        gomp = ctypes.CDLL(gomp_path)
+        lib.lazymlir_background_bind(
+            ctypes.cast(gomp.omp_set_num_threads, ctypes.c_void_p),
+            ctypes.cast(threads.lazymlir_threads_background, ctypes.c_void_p),
+            ctypes.cast(threads.lazymlir_threads_waiting, ctypes.c_void_p))
+    os.register_at_fork(after_in_child=lib.lazymlir_background_forget)
+    return lib
