@@ -30,7 +30,7 @@ tensor-core rate (tf32 runs at half of it on H100) and twice the shared memory. 
 alternative, `nvvm.mma.sync` m16n8k16 bf16, takes per-lane register fragments in
 PTX's lane layout, which would need a hand-written fragment layout here and cross-lane
 exchange in the emulator; WMMA fragments are opaque and warp-uniform, which the
-emulator can run (gpu/emulator.py: one lane per warp executes each fragment op).
+emulator can run (gpu/emulator_warps.py: one lane per warp executes each fragment op).
 
 Shared-memory rows are padded by 16 bytes (bank conflicts of the fragment loads);
 every fragment starts 32-byte aligned (WMMA's requirement: row offsets are multiples

@@ -36,7 +36,7 @@ a thread in flight).
 
 The block combines in registers with warp shuffles and one barrier (log2(T) + 1
 barriers and T words of shared memory with a shared-memory tree). The emulator driver
-(lowering/gpu/emulator.py) runs each top-level `gpu.shuffle` as a phase boundary, like
+(lowering/gpu/emulator_warps.py) runs each top-level `gpu.shuffle` as a phase boundary, like
 a barrier, so the shuffles are emitted outside any `scf.if`. Accumulation types are
 unchanged (64-bit and 16-bit values move as 32-bit shuffles of their bits). Combiners
 without an atomic (mulf/muli) always use G = 1.

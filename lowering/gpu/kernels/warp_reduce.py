@@ -15,7 +15,7 @@ One barrier instead of log2(T) + 1 of a shared-memory tree, and W words of share
 instead of T. Every warp reduces the W partials (not only the first one): it costs no
 more time than one warp doing it, thread 0 and every lane of a fused kernel get the total
 without a second barrier and broadcast, and the shuffles stay at the top level of the
-kernel, outside any `scf.if` - which the emulator driver (gpu/emulator.py) needs: it runs
+kernel, outside any `scf.if` - which the emulator driver (gpu/emulator_warps.py) needs: it runs
 a shuffle as a phase boundary of its thread loops, like a barrier.
 
 A xor butterfly gives every lane the same bits when `comb` is commutative (IEEE add,

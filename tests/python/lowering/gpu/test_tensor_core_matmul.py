@@ -3,8 +3,8 @@
 Each case of tensor_core_cases.py is traced by the real tracer (child process, cpu
 target, no fallback allowed), compiled for the cuda target and run through the C++
 runtime on the emulator driver (protocol of test_cuda_emulator.py), which executes the
-warp-level `gpu.subgroup_mma_*` ops once per warp (gpu_emulator.py). The gpu stage must
-hold the WMMA kernel (f16/bf16) or the FP32 FMA kernel (f32, unchanged).
+warp-level `gpu.subgroup_mma_*` ops once per warp (lowering/gpu/emulator_warps.py). The
+gpu stage must hold the WMMA kernel (f16/bf16) or the FP32 FMA kernel (f32, unchanged).
 
 Tolerance: eager CPU also accumulates half/bfloat16 products in float32 and rounds the
 output once, so results may differ only by the accumulation order: one unit in the last
