@@ -7,7 +7,7 @@
 // * cuModuleLoadData takes an emulator image instead of PTX/cubin: the magic
 //   "LZEMU2\0\0", the byte counts of a shared object and of a symbol prefix
 //   (little-endian uint64s), the prefix, then the shared object, built by
-//   lowering/gpu_emulator.py from the same gpu-stage kernels the PTX comes
+//   lowering/gpu/emulator.py from the same gpu-stage kernels the PTX comes
 //   from (one .so may hold all modules of a graph; the prefix names the
 //   module's kernels). It is written to a temporary file and dlopen'ed, once
 //   for all modules holding the same shared object.
