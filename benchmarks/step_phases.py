@@ -83,7 +83,7 @@ class Phases:
         setattr(owner, name, timed)
 
     def install(self) -> None:
-        from lazymlir.execution import executor, partition
+        from lazymlir.execution import compiled_plan, executor, partition
         from lazymlir.targets import cpu
         from lazymlir.tracing import materialize, values
 
@@ -95,7 +95,7 @@ class Phases:
         self.wrap(executor, "_plan", "cache lookup")
         self.wrap(executor.Compiled, "run", "launch")
         self.wrap(partition.Partitioned, "run", "launch")
-        self.wrap(executor._Started, "__init__", "launch")  # a background run's start
+        self.wrap(compiled_plan.Started, "__init__", "launch")  # a background run's start
         self.wrap(values.LazyValue, "materialized", "bind")
         # A graph launched in the background (the default) runs its compiled code on a
         # native thread, not through `_entry`: the code's duration is what that thread

@@ -1,0 +1,130 @@
+"""The plan of a graph compiled whole: run its executable (inline, or started on the
+target's native thread), read its check flag, and rerun the graph eagerly when a check
+failed, so that the user sees eager's own error (executor.py makes and caches plans)."""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from .. import targets
+from ..lowering.front import fx_graph
+from . import partition
+
+log = logging.getLogger("lazymlir.executor")
+
+
+class Compiled:
+    """The whole graph is one executable; scalars are passed as 0-d float64 inputs.
+
+    With `flags` > 0 the executable was built from `checks.instrument(graph)`: its
+    last output is the 0-d check flag. If it is set, the graph runs eagerly on
+    CPU, which raises eager's error (an out-of-range index, a zero divisor)."""
+
+    def __init__(self, executable, graph: dict, flags: int = 0):
+        self.executable = executable
+        self.graph = graph
+        self.flags = flags
+
+    def run(self, target, inputs: list, scalars: list[float]) -> list:
+        executable = self.executable
+        originals = self._originals(inputs)
+        try:
+            if executable.takes_scalars:
+                outputs = executable.run(inputs, scalars)
+            else:
+                inputs = self._with_scalars(target, inputs, scalars)
+                outputs = executable.run(inputs)
+        except targets.CompiledCheckFailed as failed:
+            log.info("%s; running the graph eagerly", failed)
+            return self._eagerly(target, inputs, scalars, originals)
+        return self._checked(target, outputs, inputs, scalars, originals)
+
+    def _originals(self, inputs: list) -> dict:
+        """Copies of the inputs the code updates in place, if a check may fail: a failed
+        check reruns the graph eagerly on its inputs as they were, and code that updates
+        inputs in place (torch.compile's buffer and optimizer updates) has written them
+        by the time a check is read. The caller copies eager's new values into them, as
+        it does for any plan that returns new buffers."""
+        executable = self.executable
+        if executable.in_place and (self.flags or executable.checks_at_run_time):
+            return {i: inputs[i].clone() for i, _ in executable.in_place}
+        return {}
+
+    def _checked(self, target, outputs: list, inputs: list, scalars: list[float],
+                 originals: dict) -> list:
+        """`outputs`, or eager's if the check flag (the last output, with `flags`) is set."""
+        if not self.flags:
+            return outputs
+        flag = target.download(outputs.pop(), torch.empty((), dtype=torch.bool, device="meta"))
+        if bool(flag):
+            return self._eagerly(target, inputs, scalars, originals)
+        return outputs
+
+    def starts_natively(self) -> bool:
+        """Whether `start` may run this plan on the target's native thread."""
+        return self.executable.starts_natively
+
+    def start(self, target, inputs: list, scalars: list[float]) -> Started:
+        """Start a run on the target's native thread (`starts_natively()`)."""
+        return Started(self, target, inputs, scalars)
+
+    @staticmethod
+    def _with_scalars(target, inputs: list, scalars: list[float]) -> list:
+        """The scalar inputs as 0-d float64 buffers after the inputs."""
+        if scalars and target.plain_cpu_tensors:
+            # One tensor for every scalar input, its elements as 0-d views: an AdamW step
+            # of the small GPT has 214 scalars, 9 us each as tensors of their own.
+            return list(inputs) + list(torch.tensor(scalars, dtype=fx_graph.SCALAR_DTYPE)
+                                       .unbind())
+        if scalars:
+            return list(inputs) + [target.upload(torch.tensor(s, dtype=fx_graph.SCALAR_DTYPE))
+                                   for s in scalars]
+        return inputs
+
+    def _eagerly(self, target, inputs: list, scalars: list[float], originals: dict) -> list:
+        inputs = [originals.get(i, data) for i, data in enumerate(inputs)]
+        return EagerReference(self.graph).run(target, inputs, scalars)
+
+
+class Started:
+    """A run of a Compiled plan under way on the target's native thread."""
+
+    __slots__ = ("plan", "target", "inputs", "scalars", "originals", "call")
+
+    def __init__(self, plan: Compiled, target, inputs: list, scalars: list[float]):
+        self.plan, self.target, self.inputs, self.scalars = plan, target, inputs, scalars
+        self.originals = plan._originals(inputs)
+        self.call = plan.executable.start(inputs, scalars)
+
+    def result(self) -> list:
+        """Its outputs, once it has run (a failed check reruns the graph eagerly here)."""
+        plan = self.plan
+        try:
+            outputs = self.call.result()
+        except targets.CompiledCheckFailed as failed:
+            log.info("%s; running the graph eagerly", failed)
+            return plan._eagerly(self.target, self.inputs, self.scalars, self.originals)
+        return plan._checked(self.target, outputs, self.inputs, self.scalars, self.originals)
+
+    def seconds(self) -> float:
+        return self.call.seconds()
+
+
+class EagerReference:
+    """The graph run op by op with eager PyTorch on CPU: what a failed check runs, to
+    raise eager's own error (class and message) from the sync point."""
+
+    def __init__(self, graph: dict):
+        self.graph = graph
+
+    def run(self, target, inputs: list, scalars: list[float]) -> list:
+        env: dict[tuple, object] = {("input", i, 0): data for i, data in enumerate(inputs)}
+        env.update({("scalar", i, 0): value for i, value in enumerate(scalars)})
+        for index in range(len(self.graph["nodes"])):
+            partition.run_node_eagerly(self.graph, target, index, env)
+        # Eager did not fail (a check is stricter than eager): its results are right.
+        log.warning("a compiled check failed but eager PyTorch raised no error; "
+                    "using eager's results")
+        return [env[tuple(o["ref"])] for o in self.graph["outputs"]]
