@@ -215,13 +215,17 @@ def trace_all(root: str, names: list[str]) -> None:
     from lazymlir.execution import executor
 
     runs = []
-    original = executor.Compiled.run
 
-    def recording_run(self, target, inputs, scalars):
-        runs.append((self.graph, [t.detach().clone() for t in inputs], list(scalars)))
-        return original(self, target, inputs, scalars)
+    def recording(method):
+        """`method` of Compiled (`run`, or `start` for a run on the native thread),
+        recording the values each graph ran on."""
+        def record(self, target, inputs, scalars):
+            runs.append((self.graph, [t.detach().clone() for t in inputs], list(scalars)))
+            return method(self, target, inputs, scalars)
+        return record
 
-    executor.Compiled.run = recording_run
+    executor.Compiled.run = recording(executor.Compiled.run)
+    executor.Compiled.start = recording(executor.Compiled.start)
     for name in names:
         fn, make, _ = CASES[name]
         torch.manual_seed(0)
