@@ -51,10 +51,11 @@ def test_moved_parameters_are_bases_and_train_as_eager(dispatched):
         assert _functionalization.get_view_meta_sequence(p) == []
     x, y = torch.randn(4, 6), torch.randn(4, 3)
     opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (eager, lazy)]
+    batches = ((x, y), (x.to(DEVICE), y.to(DEVICE)))
     compiles = []
     for step in range(3):
         losses = []
-        for model, opt, (xs, ys) in zip((eager, lazy), opts, ((x, y), (x.to(DEVICE), y.to(DEVICE)))):
+        for model, opt, (xs, ys) in zip((eager, lazy), opts, batches):
             opt.zero_grad()
             loss = nn.functional.mse_loss(model(xs), ys)
             loss.backward()
