@@ -30,12 +30,19 @@ class Compiled:
     def run(self, target, inputs: list, scalars: list[float]) -> list:
         executable = self.executable
         originals = self._originals(inputs)
+        if executable.takes_scalars:
+            return self._settled(target, lambda: executable.run(inputs, scalars), inputs,
+                                 scalars, originals)
+        inputs = self._with_scalars(target, inputs, scalars)
+        return self._settled(target, lambda: executable.run(inputs), inputs, scalars,
+                             originals)
+
+    def _settled(self, target, outputs_of_run, inputs: list, scalars: list[float],
+                 originals: dict) -> list:
+        """The outputs `outputs_of_run()` gives, or eager's where a check failed: one the
+        code reports as it returns, or the graph's check flag."""
         try:
-            if executable.takes_scalars:
-                outputs = executable.run(inputs, scalars)
-            else:
-                inputs = self._with_scalars(target, inputs, scalars)
-                outputs = executable.run(inputs)
+            outputs = outputs_of_run()
         except targets.CompiledCheckFailed as failed:
             log.info("%s; running the graph eagerly", failed)
             return self._eagerly(target, inputs, scalars, originals)
@@ -100,13 +107,8 @@ class Started:
 
     def result(self) -> list:
         """Its outputs, once it has run (a failed check reruns the graph eagerly here)."""
-        plan = self.plan
-        try:
-            outputs = self.call.result()
-        except targets.CompiledCheckFailed as failed:
-            log.info("%s; running the graph eagerly", failed)
-            return plan._eagerly(self.target, self.inputs, self.scalars, self.originals)
-        return plan._checked(self.target, outputs, self.inputs, self.scalars, self.originals)
+        return self.plan._settled(self.target, self.call.result, self.inputs, self.scalars,
+                                  self.originals)
 
     def seconds(self) -> float:
         return self.call.seconds()

@@ -77,6 +77,14 @@ def _background() -> ctypes.CDLL:
     return cpu_background.load(session.runtime_library(cpu_background.build), _threads()[0])
 
 
+def _wait_for_background() -> None:
+    """Wait until the background thread has no call left (the GIL released), returning
+    to Python between slices of the wait so that an interrupt is handled."""
+    wait = _background().lazymlir_background_wait
+    while not wait(cpu_background.WAIT_SLICE_NS):
+        pass
+
+
 def background_library() -> ctypes.CDLL:
     """targets/cpu_background.py's library as loaded (its counters, for tests)."""
     return _background()
@@ -232,8 +240,7 @@ class CpuExecutable(Executable):
         arguments = ctypes.addressof(frame[1])
         error = library.lazymlir_background_submit(entry, arguments, threads)
         while error == errno.EBUSY:  # another session's call: it runs first
-            while not library.lazymlir_background_wait(cpu_background.WAIT_SLICE_NS):
-                pass
+            _wait_for_background()
             error = library.lazymlir_background_submit(entry, arguments, threads)
         if error:
             raise RuntimeError(f"the background thread for compiled graphs did not take the "
@@ -300,11 +307,8 @@ class BackgroundCall:
             executable, dense, outputs, frame
 
     def result(self) -> list:
-        """Wait (the GIL released) until the call has run; its outputs, as `run`'s.
-        Returns to Python between slices of the wait, so an interrupt is handled."""
-        wait = _background().lazymlir_background_wait
-        while not wait(cpu_background.WAIT_SLICE_NS):
-            pass
+        """Wait (the GIL released) until the call has run; its outputs, as `run`'s."""
+        _wait_for_background()
         return self._executable._finish(self._dense, self._outputs)
 
     @staticmethod
