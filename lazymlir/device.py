@@ -16,8 +16,9 @@ import torch
 from . import autocast, device_guard, device_index, dlpack, module_moves, session, streams
 from .execution import executor
 from .tracing import device_rules, tracer
-from .tracing.materialize import mark_step, to_cpu, wait
-from .tracing.values import LazyTensor, LazyValue, Node, meta_like
+from .tracing.materialize import mark_step, wait
+from .tracing.values import (LazyTensor, LazyValue, Node, as_lazy, inner, is_lazy, meta_like,
+                              set_value, value_of)
 
 NAME = "lazy_mlir"
 _registered = False
@@ -211,14 +212,13 @@ def _eye(n, dtype=None, layout=None, device=None, pin_memory=None):
 def _copy_from(self, dst, non_blocking=False):
     """copy_ between devices when the Python key is excluded (torch.tensor(data, device=)
     does that): PyTorch's copy_ then calls this backend kernel directly."""
-    src = to_cpu(self) if isinstance(self, LazyTensor) else self
+    if is_lazy(self) or is_lazy(dst):  # an inner tensor: the tracer's route, as any op's
+        return tracer.dispatch(torch.ops.aten._copy_from.default,
+                               (as_lazy(self), as_lazy(dst), non_blocking), {})
+    src = self
     if torch._is_functional_tensor(dst):  # a fresh wrapper from our factory: fill its inner
-        inner = torch._from_functional_tensor(dst)
         cpu = src.detach().to("cpu").to(dst.dtype).expand(dst.shape)
-        inner._lazy = tracer.constant(cpu)._lazy
-    elif isinstance(dst, LazyTensor):
-        cpu = src.detach().to("cpu").to(dst.dtype).expand(dst.shape)
-        dst._lazy = tracer.constant(cpu)._lazy
+        set_value(inner(dst), value_of(tracer.constant(cpu)))
     else:
         dst.copy_(src)
     return dst
@@ -228,8 +228,10 @@ def _local_scalar_dense(self):
     """`.item()` when the Functionalize key is excluded: `torch.tensor([t[0], t[1]])`
     reads each 0-d lazy tensor that way (as it reads CUDA scalars), and without this
     kernel raised "Could not run 'aten::_local_scalar_dense' ... 'lazy_mlir' backend"."""
+    if is_lazy(self):  # an inner tensor (`.item()` in a route): the tracer's scalar read
+        return tracer.dispatch(torch.ops.aten._local_scalar_dense.default, (as_lazy(self),), {})
     # Every key above the backend is excluded here; the read needs functionalization
-    # (to apply pending in-place updates of the base) and the tracer (Python key).
+    # (to apply pending in-place updates of the base).
     keys = torch._C.DispatchKey
     excluded = torch._C._dispatch_tls_local_exclude_set()
     for key in (keys.Functionalize, keys.Python, keys.PythonTLSSnapshot):
@@ -419,5 +421,8 @@ def register() -> None:
     _install_serialization()
     _install_deepcopy()
     dlpack.install()
+    # Last: the C++ entry becomes the kernel of every op that has no PrivateUse1 kernel
+    # by now (the factories and copies above keep theirs).
+    tracer.install_kernels()
     _registered = True
     device_guard.check_autograd_queues(NAME)

@@ -36,6 +36,7 @@ import torch
 from . import targets
 from .tracing import tracer
 from .tracing.materialize import materialize
+from .tracing.values import value_of, inner
 
 NAME = "lazy_mlir"
 
@@ -43,7 +44,7 @@ NAME = "lazy_mlir"
 def _inner(tensor: torch.Tensor):
     if torch._is_functional_tensor(tensor):
         torch._sync(tensor)  # apply pending mutations made through views of its base
-        return torch._from_functional_tensor(tensor)
+        return inner(tensor)
     return tensor
 
 
@@ -63,7 +64,7 @@ def to_dlpack(tensor: torch.Tensor, *, versioned: bool = False, stream: int | No
                         f"{getattr(tensor, 'device', type(tensor).__name__)}")
     if tensor.requires_grad:
         raise BufferError("Can't export tensors that require gradient, use tensor.detach()")
-    value = _inner(tensor)._lazy
+    value = value_of(_inner(tensor))
     materialize([value])
     return targets.active().export_dlpack(value.data, value.meta, versioned=versioned,
                                           stream=stream)

@@ -31,7 +31,7 @@ from ..support.errors import UnsupportedOperationError
 from ..tracing import special_ops
 from ..tracing.host_data import constant, to_host as lazy_to_host
 from ..tracing.materialize import materialize, to_cpu
-from ..tracing.values import LazyTensor
+from ..tracing.values import LazyTensor, inner, value_of
 
 NAME = "lazy_mlir"
 
@@ -87,14 +87,14 @@ def _map(fn, value):
 def _inner(tensor: torch.Tensor) -> LazyTensor:
     """The lazy value a lazy_mlir tensor holds now (its pending view updates applied)."""
     torch._sync(tensor)
-    return torch._from_functional_tensor(tensor)
+    return inner(tensor)
 
 
 def to_host(tensors: list[torch.Tensor]) -> dict[int, torch.Tensor]:
     """id(lazy tensor) -> a CPU tensor of its values that the caller may write. Pending
     values are computed together, as one graph."""
     inners = {id(t): _inner(t) for t in tensors if is_lazy(t)}
-    materialize([inner._lazy for inner in inners.values()])
+    materialize([value_of(inner) for inner in inners.values()])
     # A copy the backend may write in place: the values stay immutable.
     return {key: to_cpu(inner).clone() for key, inner in inners.items()}
 
@@ -206,7 +206,7 @@ def _functional_route(op):
     result a computed lazy value. A mutating form raises: it has no route."""
     name = op._schema.name
     if name.endswith("::wait_tensor"):
-        return lambda tensor: LazyTensor(tensor._lazy)  # done when it was made
+        return lambda tensor: LazyTensor(value_of(tensor))  # done when it was made
     if op._schema.is_mutable:
         return _unsupported(name)
 
@@ -230,7 +230,7 @@ def _install_functional_routes() -> None:
     # funcol's wrapper of a result into an AsyncCollectiveTensor (waited on first use):
     # a lazy result is complete already.
     wrap = torch.ops._c10d_functional._wrap_tensor_autograd.default
-    special_ops.SPECIAL.setdefault(wrap, lambda tensor: LazyTensor(tensor._lazy))
+    special_ops.SPECIAL.setdefault(wrap, lambda tensor: LazyTensor(value_of(tensor)))
 
 
 def install() -> None:

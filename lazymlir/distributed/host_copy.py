@@ -22,6 +22,8 @@ import warnings
 
 import torch
 
+from ..tracing.values import as_lazy
+
 _SKIP_FUNCTIONALIZE = torch._C.DispatchKeySet(torch._C.DispatchKey.Functionalize)
 _library = None
 
@@ -29,7 +31,7 @@ _library = None
 def _unwrap(tensor):
     if isinstance(tensor, torch.Tensor) and torch._is_functional_tensor(tensor):
         torch._sync(tensor)
-        return torch._from_functional_tensor(tensor)
+        return as_lazy(torch._from_functional_tensor(tensor))
     return tensor
 
 

@@ -25,8 +25,8 @@ import torch
 from ..lowering.front import decompositions
 from .recording import KWARGS_SEPARATOR, record
 from .trace_state import state
-from .values import (LazyTensor, LazyValue, Node, meta_like, node_seq_mark, signature,
-                     static_token)
+from .values import (LazyTensor, LazyValue, Node, is_lazy, meta_like, node_seq_mark, signature,
+                     static_token, value_of)
 
 aten = torch.ops.aten
 
@@ -171,8 +171,8 @@ def _template_key(x, key: list, inputs: list, sizes: bool = True) -> None:
     -0.0 == 0.0 in Python); collects the LazyValues in order. Without `sizes`, a
     tensor's sizes are left out (its rank and dtype kept): `_SizeFamilies`' key."""
     t = type(x)
-    if t is LazyTensor:
-        value = x._lazy
+    if t is LazyTensor or is_lazy(x):
+        value = value_of(x)
         key.append(value.sig if sizes else (value.meta.dim(), value.meta.dtype))
         inputs.append(value)
     elif t is float:
@@ -322,8 +322,8 @@ def _capture(start: int, inputs: list, out, float_argument: bool = False):
         return True
 
     def visit_out(o) -> bool:
-        if type(o) is LazyTensor:
-            return visit(o._lazy)
+        if is_lazy(o):
+            return visit(value_of(o))
         # (a tuple subclass too: the named tuples of PyTorch's references, nll_loss's;
         # the dispatcher hands the caller a plain tuple either way)
         if isinstance(o, (list, tuple)):
@@ -364,8 +364,8 @@ def _capture(start: int, inputs: list, out, float_argument: bool = False):
                        for m in node.out_metas], static_token()))
 
     def out_spec(o):
-        if type(o) is LazyTensor:
-            return spec(o._lazy)
+        if is_lazy(o):
+            return spec(value_of(o))
         if type(o) is list:
             return [out_spec(v) for v in o]
         if isinstance(o, tuple):

@@ -13,7 +13,7 @@ import torch
 from . import special_ops
 from .recording import record
 from .trace_state import state
-from .values import LazyTensor
+from .values import value_of, set_value, is_lazy, LazyTensor
 
 aten = torch.ops.aten
 
@@ -24,7 +24,7 @@ def inplace(func, args, kwargs):
     aliases (functionalization above us owns views), so rebinding is exact."""
     self = args[0]
     start = state.capture_start
-    if start >= 0 and (self._lazy.node is None or self._lazy.node.seq <= start):
+    if start >= 0 and (value_of(self).node is None or value_of(self).node.seq <= start):
         state.impure += 1  # rebinds a tensor from outside a captured decomposition
     name = func._schema.name.removeprefix("aten::")
     if name == "copy_":
@@ -34,7 +34,7 @@ def inplace(func, args, kwargs):
         result = functional(*args, **kwargs)
         if result.dtype != self.dtype:
             result = record(aten._to_copy.default, (result,), {"dtype": self.dtype})
-    self._lazy = result._lazy
+    set_value(self, value_of(result))
     return self
 
 
@@ -90,13 +90,13 @@ def _element_overload(packet, args, kwargs):
     number or None: a host tensor, a list)."""
     key = [id(packet)]
     for a in args:
-        kind = type(a)
+        kind = LazyTensor if is_lazy(a) else type(a)
         if kind is not LazyTensor and kind is not float and kind is not int \
                 and kind is not bool and a is not None:
             return None
         key.append(kind)
     for name, a in kwargs.items():
-        kind = type(a)
+        kind = LazyTensor if is_lazy(a) else type(a)
         if kind is not LazyTensor and kind is not float and kind is not int \
                 and kind is not bool and a is not None:
             return None

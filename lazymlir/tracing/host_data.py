@@ -15,7 +15,7 @@ from .. import targets
 from . import device_rules, layouts
 from .materialize import to_cpu
 from .trace_state import state
-from .values import LazyTensor, LazyValue, meta_like
+from .values import is_lazy, LazyTensor, LazyValue, meta_like
 
 
 def constant(cpu: torch.Tensor) -> LazyTensor:
@@ -42,7 +42,7 @@ def adopt(data, shape, dtype: torch.dtype, what: str) -> LazyTensor:
 def to_host(x):
     """`x` as an eager CPU kernel takes it: a lazy tensor synced to a CPU tensor, the
     lazy device as the CPU device, anything else unchanged."""
-    if isinstance(x, LazyTensor):
+    if is_lazy(x):
         state.impure += 1
         return to_cpu(x)
     if isinstance(x, torch.device) and x.type == "lazy_mlir":

@@ -17,7 +17,7 @@ from .. import session, targets
 from ..execution import executor, runs
 from ..support.errors import CompileError
 from .graph import build_graph, graph_key, nodes_downstream_of, pending_nodes
-from .values import LazyTensor, LazyValue, live_pending_values
+from .values import value_of, LazyTensor, LazyValue, live_pending_values
 
 
 def materialize(values: list[LazyValue], wait: bool = True) -> None:
@@ -145,7 +145,7 @@ def _sharing_the_failed_op(pending: list[LazyValue], error: BaseException) -> li
 
 
 def to_cpu(tensor: LazyTensor) -> torch.Tensor:
-    value = tensor._lazy
+    value = value_of(tensor)
     materialize([value])
     return targets.active().download(value.data, value.meta)
 

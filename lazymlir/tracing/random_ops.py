@@ -23,6 +23,7 @@ from .. import session
 from ..lowering.front import philox
 from . import fallback
 from .host_data import constant
+from .values import set_value, value_of
 
 
 def _route(counters, compute):
@@ -48,7 +49,7 @@ def _randperm_out(func, args, kwargs):
         seed, offset = session.current().rng.reserve(philox.counters(2 * n))
         seed_offset = constant(torch.tensor([seed, offset], dtype=torch.int64))
         result = philox.randperm(seed_offset, n, out.dtype)
-    out._lazy = result._lazy
+    set_value(out, value_of(result))
     return out
 
 

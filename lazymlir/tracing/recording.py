@@ -20,21 +20,20 @@ import torch
 from . import device_rules, fallback
 from .graph import SCALAR_INPUT_OPS
 from .host_data import constant
-from .values import (
-    TORCH_DEVICE,
+from .values import (value_of, is_lazy,
     LazyTensor,
     LazyValue,
     Node,
     meta_like,
+    native,
     signature,
     static_token,
     to_meta,
-    track,
 )
 
 aten = torch.ops.aten
 _SHAPE_CACHE_LIMIT = 1 << 16
-_make_wrapper = torch.Tensor._make_wrapper_subclass
+_make = native.load().make  # an inner tensor holding a value (made and tracked in C++)
 
 _RECORDERS: dict = {}   # id(func) -> the func's recorder (routes other than record use it)
 _FUNCS: dict = {}       # id(func) -> func: keeps every keyed op alive, so no id is reused
@@ -86,16 +85,16 @@ def make_recorder(func):
         if not kwargs:
             if len(args) == 1:
                 a = args[0]
-                if type(a) is LazyTensor:
-                    value = a._lazy
+                if is_lazy(a):
+                    value = value_of(a)
                     node_args = (value,)
                     entry = shapes.get(value.sig)
             elif len(args) == 2:
                 a, b = args
-                if type(a) is LazyTensor:
-                    value = a._lazy
-                    if type(b) is LazyTensor:
-                        other = b._lazy
+                if is_lazy(a):
+                    value = value_of(a)
+                    if is_lazy(b):
+                        other = value_of(b)
                         node_args = (value, other)
                         entry = shapes.get((value.sig, other.sig))
                     elif type(b) is float and lift:
@@ -118,19 +117,15 @@ def make_recorder(func):
         if kind is not None:
             return record_general(func, args, kwargs)
         meta, sig, shape, dtype = outputs[0]
-        tensor = _make_wrapper(LazyTensor, shape, dtype=dtype, device=TORCH_DEVICE)
-        tensor._lazy = LazyValue(meta, Node(op, node_args, _NO_KWARGS, metas, token), 0, None,
-                                 sig)
-        track(tensor)
-        return tensor
+        return _make(LazyValue(meta, Node(op, node_args, _NO_KWARGS, metas, token), 0, None, sig))
 
     def record_general(func, args, kwargs):
         key = []
         node_args = []
         for a in args:
             t = type(a)
-            if t is LazyTensor:
-                value = a._lazy
+            if t is LazyTensor or is_lazy(a):
+                value = value_of(a)
                 key.append(value.sig)
                 node_args.append(value)
             elif t is float and lift:
@@ -170,10 +165,7 @@ def make_recorder(func):
         node = Node(op, tuple(node_args), node_kwargs, metas, token)
         if kind is None:
             meta, sig, shape, dtype = outputs[0]
-            tensor = _make_wrapper(LazyTensor, shape, dtype=dtype, device=TORCH_DEVICE)
-            tensor._lazy = LazyValue(meta, node, 0, None, sig)
-            track(tensor)
-            return tensor
+            return _make(LazyValue(meta, node, 0, None, sig))
         return kind(_output(node, k, out) for k, out in enumerate(outputs))
 
     keep_alive(func)
@@ -185,17 +177,34 @@ def _output(node, index, out):
     if out is None:
         return None
     meta, sig, shape, dtype = out
-    tensor = _make_wrapper(LazyTensor, shape, dtype=dtype, device=TORCH_DEVICE)
-    tensor._lazy = LazyValue(meta, node, index, None, sig)
-    track(tensor)
-    return tensor
+    return _make(LazyValue(meta, node, index, None, sig))
+
+
+def native_shape_entry(func, args, kwargs):
+    """A shape-cache entry for the C++ entry's recorder (native_entry.cpp): (output
+    metas, static token, ((meta, signature), ...)) of `func` called with `args` and
+    `kwargs` as its Node holds them (LazyValues where tensors are), or None where the
+    Python recorder must take the call (no meta kernel, an output that is not a
+    tensor, an unsupported dtype: it then runs, falls back or raises as it does)."""
+    try:
+        metas, kind, outputs = _infer(func, args, kwargs)
+    except Exception:  # noqa: BLE001 (the Python recorder meets the same error and says it)
+        return None
+    if any(out is None for out in outputs):
+        return None
+    return metas, static_token(), tuple((meta, sig) for meta, sig, _, _ in outputs)
+
+
+def node_op(func):
+    """The op a Node of `func` records (view_copy -> view...)."""
+    return _view_for_copy(func)
 
 
 def _encode(x, lift: bool, key: list, op_name: str | None = None):
     """Append `x`'s shape-cache key to `key`; returns `x` as a node argument."""
     t = type(x)
-    if t is LazyTensor:
-        value = x._lazy
+    if t is LazyTensor or is_lazy(x):
+        value = value_of(x)
         key.append(value.sig)
         return value
     if t is float and lift:
@@ -211,7 +220,7 @@ def _encode(x, lift: bool, key: list, op_name: str | None = None):
         device_rules.check_host_tensor(x, op_name)
         key.append(_HOST)
         key.append(signature(x.shape, x.dtype))
-        return constant(x)._lazy
+        return value_of(constant(x))
     key.append(t)
     key.append(x if x or t is not float else repr(x))  # 0.0 and -0.0 are equal keys otherwise
     if isinstance(x, torch.device):

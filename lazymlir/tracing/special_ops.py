@@ -21,7 +21,7 @@ from .host_data import constant
 from .materialize import to_cpu
 from .recording import record
 from .trace_state import depth, state
-from .values import TORCH_DEVICE, LazyTensor
+from .values import value_of, set_value, is_lazy, TORCH_DEVICE, LazyTensor
 
 aten = torch.ops.aten
 
@@ -46,7 +46,7 @@ def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None,
 
 def copy(self, src, non_blocking=False):
     """Functional copy: the result has self's shape/dtype and src's values."""
-    if not isinstance(src, LazyTensor):
+    if not is_lazy(src):
         cpu = src.detach().to("cpu").to(self.dtype).expand(self.shape)
         return constant(cpu)
     value = src
@@ -54,11 +54,11 @@ def copy(self, src, non_blocking=False):
         value = record(aten._to_copy.default, (value,), {"dtype": self.dtype})
     if tuple(src.shape) != tuple(self.shape):
         value = record(aten.expand_copy.default, (value, list(self.shape)), {})
-    return LazyTensor(value._lazy)
+    return LazyTensor(value_of(value))
 
 
 def _identity(self, *args, **kwargs):
-    return LazyTensor(self._lazy)
+    return LazyTensor(value_of(self))
 
 
 def _clone(self, memory_format=None):
@@ -93,7 +93,7 @@ def _itself_if_real(op):
     def route(self):
         if self.dtype.is_complex:
             return record(op, (self,), {})
-        return LazyTensor(self._lazy)
+        return LazyTensor(value_of(self))
     return route
 
 
@@ -125,8 +125,8 @@ def _batch_norm(input, weight, bias, running_mean, running_var, training, moment
     mean, rstd = _input_dtype(input, mean, rstd)
     if state.capture_start >= 0:
         state.impure += 1  # rebinds tensors from outside a captured decomposition
-    running_mean._lazy = new_mean._lazy
-    running_var._lazy = new_var._lazy
+    set_value(running_mean, value_of(new_mean))
+    set_value(running_var, value_of(new_var))
     return out, mean, rstd
 
 
@@ -146,7 +146,7 @@ def _batch_norm_functional(input, weight, bias, running_mean, running_var, train
     if training:  # through the templates: DenseNet calls it at ~100 channel counts a step
         return _batch_norm_training()(func, args, {})
     out, empty, _ = _batch_norm(*args)
-    return out, empty, LazyTensor(empty._lazy), running_mean, running_var
+    return out, empty, LazyTensor(value_of(empty)), running_mean, running_var
 
 
 def _layer_norm(input, normalized_shape, weight, bias, eps):

@@ -27,7 +27,7 @@ from torch._prims_common import (
 
 from .layouts import any_layout, contiguous_strides, layout_of, set_layout
 from .recording import record
-from .values import LazyTensor, LazyValue
+from .values import value_of, LazyTensor, LazyValue
 
 aten = torch.ops.aten
 
@@ -92,10 +92,10 @@ def as_strided(self, size, stride, storage_offset=None):
     """`self.as_strided(size, stride, storage_offset)` with eager's meaning: addresses
     in the storage of `self`'s root, at absolute offsets."""
     memo: dict = {}
-    root, view = _storage_view(self._lazy, memo)
+    root, view = _storage_view(value_of(self), memo)
     base = memo[id(root)][1]
     strides = None if base.is_contiguous() else tuple(base.stride())
-    if root is self._lazy and strides is None:
+    if root is value_of(self) and strides is None:
         return record(aten.as_strided_copy.default, (self, size, stride, storage_offset), {})
     offset = view.storage_offset() if storage_offset is None else storage_offset
     source = LazyTensor(root)
@@ -111,8 +111,8 @@ def with_memory_format(self: LazyTensor, memory_format) -> LazyTensor:
     values in a new lazy value whose eager layout is recorded, for as_strided."""
     if memory_format in (None, torch.preserve_format, torch.contiguous_format) or \
             self.dim() not in (4, 5):
-        return LazyTensor(self._lazy)
+        return LazyTensor(value_of(self))
     out = record(aten.clone.default, (self,), {})  # a new value: not a view of self
     meta = torch.empty(tuple(self.shape), dtype=self.dtype, device="meta")
-    set_layout(out._lazy, meta.contiguous(memory_format=memory_format).stride())
+    set_layout(value_of(out), meta.contiguous(memory_format=memory_format).stride())
     return out

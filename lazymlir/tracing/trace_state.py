@@ -14,6 +14,7 @@ import threading
 import time
 
 from .. import session
+from . import native
 
 clock = time.perf_counter
 
@@ -36,8 +37,10 @@ def depth() -> int:
 
 
 def flush_trace_time() -> None:
-    """Add this thread's tracing time not yet counted to TraceTime."""
+    """Add this thread's tracing time not yet counted to TraceTime, and the time the C++
+    entry spent recording top-level ops itself (all threads)."""
     seconds, state.unflushed = state.unflushed, 0.0
+    seconds += native.load().take_trace_time()
     if seconds:
         session.current().metrics.add_time("TraceTime", seconds)
 

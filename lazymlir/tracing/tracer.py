@@ -1,6 +1,11 @@
-"""The dispatch entry: every functional ATen op on a LazyTensor is routed here.
+"""The Python dispatch entry: every functional ATen op on a LazyTensor that the C++
+entry does not record itself is routed here.
 
-`LazyTensor.__torch_dispatch__` (installed by this module) is the single entry.
+The C++ entry (native_entry.cpp, the kernel of every op on inner tensors) records
+the common case itself: an op whose route is its recorder, with arguments it can
+key, and output shapes its cache knows. It calls `native_entry` with everything
+else, its arguments boxed as PyTorch's Python dispatch boxes them, and asks
+`native_op` once per op whether the op is such a leaf.
 What an op needs is decided once per op and kept in `_ROUTES`:
 1. ops with special meaning for a lazy device (device transfers, scalar reads,
    identities) have their own functions (special_ops.py);
@@ -22,18 +27,21 @@ dispatch). Tracing time is counted per top-level call (trace_state.py).
 
 from __future__ import annotations
 
+from .. import session
 from . import (decompose, failures, fallback, foreach_meta, functional, random_ops, recording,
                view_copies)
+from .graph import SCALAR_INPUT_OPS
 from .host_data import adopt, constant
 from .special_ops import SPECIAL
 from .trace_state import clock, count_trace_time, depth, flush_trace_time, state
-from .values import LazyTensor
+from .values import LazyTensor, LazyValue, Node, native, node_ids
 
 __all__ = ["dispatch", "depth", "flush_trace_time", "constant", "adopt"]
 
 
 def _torch_dispatch(cls, func, types, args=(), kwargs=None):
-    """`LazyTensor.__torch_dispatch__`, the single entry (hot: a few microseconds)."""
+    """The Python entry of a call (`__torch_dispatch__`'s signature; hot: a few
+    microseconds)."""
     if kwargs is None:
         kwargs = {}
     try:
@@ -95,7 +103,31 @@ def _dispatch_element(func, args, kwargs):
     return _dispatch_route(func, args, kwargs)
 
 
-LazyTensor.__torch_dispatch__ = classmethod(_torch_dispatch)
+def native_entry(func, args, kwargs):
+    """The C++ entry's call of the Python tracer."""
+    return _torch_dispatch(LazyTensor, func, (), args, kwargs)
+
+
+def native_op(func):
+    """For the C++ entry, once per op: (whether its route is its recorder, whether its
+    floats are scalar graph inputs, the op its Nodes record)."""
+    route = _ROUTES.get(id(func))
+    if route is None:
+        route = _new_route(func)
+    leaf = route is recording.recorder_of(func)
+    if leaf:
+        _LEAVES[id(func)] = route
+    return leaf, func._schema.name in SCALAR_INPUT_OPS, recording.node_op(func)
+
+
+def install_kernels() -> int:
+    """Make the C++ entry the PrivateUse1 kernel of every op without one (and the
+    backend fallback); the number of kernels registered."""
+    return native.load().register_kernels()
+
+
+native.load().configure(LazyTensor, LazyValue, Node, node_ids, native_entry, native_op,
+                        recording.native_shape_entry, vars(session), recording._NO_KWARGS)
 # Functionalization's meta check of in-place _foreach_ ops, in microseconds
 # (foreach_meta.py).
 foreach_meta.install()

@@ -1,9 +1,11 @@
-"""Lazy values and the inner lazy tensor: a wrapper subclass whose ops are recorded.
+"""Lazy values and the inner lazy tensor, whose ops are recorded.
 
-Users never hold a `LazyTensor` directly: every `lazy_mlir` tensor they see is
+Users never hold an inner tensor directly: every `lazy_mlir` tensor they see is
 a PyTorch FunctionalTensorWrapper (functionalization runs above us), and the
-wrapper's inner value is a `LazyTensor`. So the tracer only ever sees
-functional ATen ops (`add.Tensor`, `select_copy.int`, `select_scatter`, ...).
+wrapper's inner tensor is a `LazyTensor`: a storage-less TensorImpl of the
+PrivateUse1 key made by the C++ dispatch entry (native_entry.cpp), which holds
+the tensor's `LazyValue` and is the kernel of every op on it. So the tracer only
+ever sees functional ATen ops (`add.Tensor`, `select_copy.int`, `select_scatter`, ...).
 
 A `LazyTensor` points at a `LazyValue`, an SSA value in one of four states:
 pending (made by a `Node` of the trace), running (its graph was launched by
@@ -13,30 +15,31 @@ run: reading it raises that error). Only a sync point reads `data`, after
 waiting for the value's run (tracing/materialize.py).
 Values are immutable, which functionalization guarantees, so several tensors
 may share one value (detach, clone, same-dtype copies) without copying.
+The C++ entry makes `Node`s and `LazyValue`s itself, writing their __slots__:
+a field added here must be set there too.
 """
 
 from __future__ import annotations
 
 import itertools
-import weakref
 
 import torch
 
-from .. import session
+from . import native
 
 DEVICE = "lazy_mlir:0"  # a string: torch.device() needs PrivateUse1 renamed first
 # The same device as an object (PrivateUse1 is lazy_mlir once registered): parsing
 # the string costs about a microsecond per tensor made.
 TORCH_DEVICE = torch.device("privateuseone", 0)
-_make_wrapper = torch.Tensor._make_wrapper_subclass
+_native = native.load()
 
-_node_ids = itertools.count()
+node_ids = itertools.count()  # Node.seq (the C++ entry draws from it too)
 
 
 def node_seq_mark() -> int:
     """A sequence number that no node has: every node made after this call has a
     larger `seq` (the decomposition templates use it to find what a call recorded)."""
-    return next(_node_ids)
+    return next(node_ids)
 
 
 class Node:
@@ -54,7 +57,7 @@ class Node:
         self.args = args
         self.kwargs = kwargs
         self.out_metas = out_metas  # meta-device tensors, one per tensor output
-        self.seq = next(_node_ids)  # creation order = a valid topological order
+        self.seq = next(node_ids)  # creation order = a valid topological order
         self.static = static
 
 
@@ -131,24 +134,22 @@ class LazyValue:
 
 
 class LazyTensor(torch.Tensor):
-    """Inner tensor of a lazy_mlir FunctionalTensorWrapper."""
-
-    _lazy: LazyValue
+    """Inner tensor of a lazy_mlir FunctionalTensorWrapper (made by the C++ entry: this
+    class has no instances made by Python's own constructor path)."""
 
     # Ops called on inner tensors (decompositions, the in-place and foreach routes) go
-    # straight to __torch_dispatch__: Tensor's default __torch_function__ ran a Python
-    # call per op and per attribute read (`.shape`, `.dtype`), and its one effect, making
-    # outputs instances of the subclass, the tracer's outputs have already.
+    # straight to the dispatcher: Tensor's default __torch_function__ ran a Python call
+    # per op and per attribute read (`.shape`, `.dtype`).
     __torch_function__ = torch._C._disabled_torch_function_impl
+
+    # The value lives in the C++ tensor, so a tensor PyTorch hands Python (its Python
+    # object may be made long after the tensor) still has it.
+    _lazy = property(_native.value_of, _native.set_value)
 
     @staticmethod
     def __new__(cls, value: LazyValue):
-        meta = value.meta
-        # No strides: lazy values are contiguous, the default of a wrapper subclass.
-        tensor = _make_wrapper(cls, meta.shape, dtype=meta.dtype, device=TORCH_DEVICE)
-        tensor._lazy = value
-        track(tensor)
-        return tensor
+        # No strides: lazy values are contiguous.
+        return _native.make(value)
 
     def __repr__(self) -> str:  # never syncs: used in error messages and debuggers
         value = self._lazy
@@ -156,8 +157,19 @@ class LazyTensor(torch.Tensor):
             ("failed" if value.error else "materialized")
         return f"LazyTensor({tuple(self.shape)}, {self.dtype}, {state})"
 
-    # __torch_dispatch__ is installed by the tracer (tracing/tracer.py), which
-    # sits above this module.
+
+# An inner tensor's value (None for any other tensor), and the tensor as a LazyTensor
+# (PyTorch's own boxing, e.g. torch._from_functional_tensor, may hand Python a plain
+# torch.Tensor object for it).
+value_of = _native.value_of
+set_value = _native.set_value
+is_lazy = _native.is_lazy
+as_lazy = _native.as_lazy
+
+
+def inner(wrapper: torch.Tensor) -> LazyTensor:
+    """The inner tensor of a lazy_mlir FunctionalTensorWrapper."""
+    return _native.as_lazy(torch._from_functional_tensor(wrapper))
 
 
 def meta_like(shape, dtype) -> torch.Tensor:
@@ -171,6 +183,10 @@ def to_meta(x):
     t = type(x)
     if t is LazyTensor:
         return x._lazy.meta
+    if t is torch.Tensor and _native.is_lazy(x):
+        return _native.value_of(x).meta
+    if t is LazyValue:
+        return x.meta
     if t is list or t is tuple:
         return t(to_meta(v) for v in x)
     if isinstance(x, torch.Tensor):
@@ -181,68 +197,24 @@ def to_meta(x):
 
 
 # ------------------------------------------------------------ live tensors
-# The inner tensors made in the current session, held weakly: mark_step
-# materializes the pending ones. A list of callback-free weak references costs
-# ~0.12 us per tensor; a WeakSet costs ~1.3 us (its add and its removal callback
-# run Python code). Dead references are swept when the list has doubled.
-
-_live: list = []
-_live_owner = None      # the session `_live` belongs to
-_sweep_at = 4096
-_ref = weakref.ref
-
-
-def track(tensor: LazyTensor) -> None:
-    """Remember `tensor` as live in the current session."""
-    global _live_owner, _live
-    if session.current() is not _live_owner:
-        _live_owner, _live = session.current(), []
-    _live.append(_ref(tensor))
-    if len(_live) >= _sweep_at:
-        _sweep()
-
-
-def _sweep() -> None:
-    # In place, over the first n references only: a reference another thread (the
-    # autograd engine's) appends meanwhile is kept. The slice store is one C call.
-    global _sweep_at
-    live = _live
-    n = len(live)
-    live[:n] = [r for r in live[:n] if r() is not None]
-    _sweep_at = max(4096, 2 * len(live))
+# The inner tensors made in the current session are held weakly by the C++ entry (a
+# new session starts a new list): mark_step materializes the pending ones.
 
 
 def live_tensors() -> list[LazyTensor]:
     """The live inner tensors of the current session, in creation order."""
-    if session.current() is not _live_owner:
-        return []
-    _sweep()
-    return [t for t in [r() for r in _live] if t is not None]
+    return _native.live_tensors()
 
 
 def live_pending_values() -> list[LazyValue]:
-    # The sweep and the walk in one pass over the references (mark_step's first step).
-    global _sweep_at
-    if session.current() is not _live_owner:
-        return []
-    seen: dict[int, tuple[int, int, LazyValue]] = {}
-    live = _live
-    n = len(live)  # (references appended meanwhile by another thread stay, unswept)
-    kept = []
-    keep = kept.append
-    for ref in live[:n]:
-        tensor = ref()
-        if tensor is None:
-            continue
-        keep(ref)
-        value = tensor._lazy
-        # One read of `node`: another thread's sync may launch the value (node -> None)
-        # between a check and a later read.
+    """The pending values of the live inner tensors, each once, in trace order."""
+    found = []
+    for value in _native.live_pending():
+        # One read of `node`: another thread's sync may launch the value (node -> None).
         node = value.node
-        if node is not None and id(value) not in seen:
-            seen[id(value)] = (node.seq, value.index, value)
-    live[:n] = kept
-    _sweep_at = max(4096, 2 * len(live))
-    # Trace order, not WeakSet order: the graph (and so its hash) must not
-    # depend on where tensors happen to sit in memory.
-    return [value for _, _, value in sorted(seen.values(), key=lambda e: e[:2])]
+        if node is not None:
+            found.append((node.seq, value.index, value))
+    # Trace order, not creation order of tensors: the graph (and so its hash) must not
+    # depend on which tensors happen to be alive.
+    found.sort(key=lambda e: e[:2])
+    return [value for _, _, value in found]

@@ -16,14 +16,14 @@ from __future__ import annotations
 import torch
 
 from .recording import record
-from .values import LazyTensor
+from .values import is_lazy
 
 aten = torch.ops.aten
 
 
 def _t_copy(args, kwargs):
     x = args[0]
-    if len(args) != 1 or kwargs or type(x) is not LazyTensor:
+    if len(args) != 1 or kwargs or not is_lazy(x):
         return NotImplemented
     if x.dim() < 2:
         return record(aten.alias.default, (x,), {})
@@ -31,7 +31,7 @@ def _t_copy(args, kwargs):
 
 
 def _transpose_copy(args, kwargs):
-    if len(args) != 3 or kwargs or type(args[0]) is not LazyTensor:
+    if len(args) != 3 or kwargs or not is_lazy(args[0]):
         return NotImplemented
     x, first, second = args
     rank = x.dim()
@@ -47,13 +47,13 @@ def _transpose_copy(args, kwargs):
 
 
 def _expand_copy(args, kwargs):
-    if len(args) != 2 or kwargs or type(args[0]) is not LazyTensor:
+    if len(args) != 2 or kwargs or not is_lazy(args[0]):
         return NotImplemented
     return record(aten.expand.default, (args[0], args[1]), {})
 
 
 def _unsafe_view(args, kwargs):
-    if len(args) != 2 or kwargs or type(args[0]) is not LazyTensor:
+    if len(args) != 2 or kwargs or not is_lazy(args[0]):
         return NotImplemented
     return record(aten.view.default, (args[0], args[1]), {})
 

@@ -1,0 +1,1054 @@
+// The lazy_mlir device's dispatch entry, in C++ (built and loaded by tracing/native.py).
+//
+// Inner lazy tensors (what functionalization wraps) are `LazyImpl`s: storage-less
+// TensorImpls of the PrivateUse1 key holding their LazyValue (a Python object). Every
+// op the dispatcher sends to PrivateUse1 comes to `entry`, registered for each op in
+// the process (a kernel, not only a backend fallback: CompositeExplicitAutograd
+// kernels would otherwise be chosen before a fallback) and as the backend fallback for
+// ops registered later. `entry` records the common case itself, with no Python frame:
+// an op whose route is its recorder (tracer.py), every argument a lazy tensor, None, a
+// number, a list of ints or a dtype, and its output shapes in this op's shape cache.
+// It then makes the Node and LazyValue objects the Python tracer would have made
+// (their __slots__ written directly) and outputs whose Python objects are made only
+// if Python ever asks for them. Everything else (special ops, decompositions, random
+// ops, in-place and foreach ops, host tensors, a cache miss that cannot be inferred)
+// goes to the Python tracer, `tracer.native_entry(func, args, kwargs)`, with the
+// arguments boxed as PyTorch's Python dispatch would box them.
+//
+// Why not __torch_dispatch__ (the design before): PyTorch's C++ -> Python entry
+// (boxing every argument, finding the dispatch rule, the Python call) and the output
+// wrapper's Python object cost ~4 of the ~6 us a small op took to record; this entry
+// records one in about eager's dispatch time (docs/tracing-performance.md).
+
+#include <Python.h>
+#include <structmember.h>
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/TensorImpl.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/util/irange.h>
+#include <torch/csrc/DynamicTypes.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
+#include <torch/csrc/utils/tensor_memoryformats.h>
+#include <torch/library.h>
+
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+namespace {
+
+constexpr c10::DeviceType kLazy = c10::DeviceType::PrivateUse1;
+
+// ------------------------------------------------------------ the Python side's objects
+
+struct Refs {
+  PyTypeObject* lazy_tensor = nullptr;  // values.LazyTensor (the inner tensors' class)
+  PyTypeObject* lazy_value = nullptr;   // values.LazyValue
+  PyTypeObject* node = nullptr;         // values.Node
+  PyObject* node_ids = nullptr;         // values._node_ids: Node.seq
+  PyObject* entry = nullptr;            // tracer.native_entry(func, args, kwargs)
+  PyObject* describe = nullptr;         // tracer.native_op(func) -> (leaf, lift, node op)
+  PyObject* infer = nullptr;            // recording.native_shape_entry(func, args, kwargs)
+  PyObject* session_globals = nullptr;  // lazymlir.session's module dict
+  PyObject* current_name = nullptr;     // "_current": the live session
+  PyObject* no_kwargs = nullptr;        // recording._NO_KWARGS
+  // __slots__ offsets
+  Py_ssize_t v_meta, v_node, v_index, v_data, v_error, v_sig, v_run;
+  Py_ssize_t n_op, n_args, n_kwargs, n_out_metas, n_seq, n_static;
+};
+Refs R;
+bool configured = false;
+
+Py_ssize_t slot_offset(PyTypeObject* type, const char* name) {
+  PyObject* descr = PyDict_GetItemString(type->tp_dict, name);  // borrowed
+  if (descr == nullptr || Py_TYPE(descr) != &PyMemberDescr_Type) {
+    throw std::runtime_error(std::string("lazymlir native entry: ") + type->tp_name + "." +
+                             name + " is not a __slots__ member");
+  }
+  return reinterpret_cast<PyMemberDescrObject*>(descr)->d_member->offset;
+}
+
+inline PyObject*& slot(PyObject* object, Py_ssize_t offset) {
+  return *reinterpret_cast<PyObject**>(reinterpret_cast<char*>(object) + offset);
+}
+
+inline PyObject* get_slot(PyObject* object, Py_ssize_t offset) {
+  PyObject* v = slot(object, offset);
+  return v == nullptr ? Py_None : v;
+}
+
+// Takes a new reference to `v`.
+inline void set_slot(PyObject* object, Py_ssize_t offset, PyObject* v) {
+  PyObject* old = slot(object, offset);
+  slot(object, offset) = v;
+  Py_XDECREF(old);
+}
+
+bool python_alive() { return Py_IsInitialized() && !_Py_IsFinalizing(); }
+
+struct Gil {  // the GIL, held for a scope (re-entrant: the caller may hold it already)
+  PyGILState_STATE state = PyGILState_Ensure();
+  ~Gil() { PyGILState_Release(state); }
+};
+
+// ------------------------------------------------------------ the inner tensor
+
+struct LazyImpl final : public c10::TensorImpl {
+  PyObject* value;  // strong reference to the LazyValue
+
+  LazyImpl(c10::Storage&& storage, caffe2::TypeMeta dtype, PyObject* v)
+      : c10::TensorImpl(std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                        dtype),
+        value(v) {}
+
+  ~LazyImpl() override { drop(); }
+
+  // When the last strong reference goes: weak references (the live list) keep the
+  // object's memory, and must not keep the value and its trace alive.
+  void release_resources() override {
+    drop();
+    c10::TensorImpl::release_resources();
+  }
+
+  void drop() {
+    PyObject* v = value;
+    value = nullptr;
+    if (v != nullptr && python_alive()) {
+      PyGILState_STATE gil = PyGILState_Ensure();
+      Py_DECREF(v);
+      PyGILState_Release(gil);
+    }
+  }
+
+  template <typename Version>
+  c10::intrusive_ptr<c10::TensorImpl> copy(Version&& version, bool allow_change) const;
+
+  c10::intrusive_ptr<c10::TensorImpl> shallow_copy_and_detach(
+      const c10::VariableVersion& version, bool allow_change) const override {
+    return copy(version, allow_change);
+  }
+  c10::intrusive_ptr<c10::TensorImpl> shallow_copy_and_detach(
+      c10::VariableVersion&& version, bool allow_change) const override {
+    return copy(std::move(version), allow_change);
+  }
+  void shallow_copy_from(const c10::intrusive_ptr<c10::TensorImpl>& impl) override {
+    auto* other = dynamic_cast<LazyImpl*>(impl.get());
+    TORCH_CHECK(other != nullptr, "lazy_mlir: cannot take the metadata of a non-lazy tensor");
+    copy_tensor_metadata(other, this, version_counter(), allow_tensor_metadata_change());
+    PyGILState_STATE gil = PyGILState_Ensure();
+    Py_XINCREF(other->value);
+    Py_XDECREF(value);
+    value = other->value;
+    PyGILState_Release(gil);
+  }
+  const char* tensorimpl_type_name() const override { return "LazyMlirTensorImpl"; }
+};
+
+inline LazyImpl* lazy_impl(const at::Tensor& t) {
+  if (!t.defined()) return nullptr;
+  return dynamic_cast<LazyImpl*>(t.unsafeGetTensorImpl());
+}
+
+// ------------------------------------------------------------ live tensors
+// Every inner tensor, weakly: mark_step materializes the pending ones. Per session,
+// as tracing/values.py kept them: a new session (lazymlir.session.reset) starts a new
+// list. Only touched with the GIL held.
+
+std::vector<c10::weak_intrusive_ptr<c10::TensorImpl>> live;
+size_t sweep_at = 4096;
+PyObject* live_owner = nullptr;
+
+void sweep() {
+  size_t kept = 0;
+  for (auto& ref : live) {
+    if (!ref.expired()) live[kept++] = std::move(ref);
+  }
+  live.erase(live.begin() + kept, live.end());
+  sweep_at = std::max<size_t>(4096, 2 * kept);
+}
+
+void track(const at::Tensor& t) {
+  PyObject* current = PyDict_GetItem(R.session_globals, R.current_name);  // borrowed
+  if (current != live_owner) {
+    live.clear();
+    sweep_at = 4096;
+    Py_XINCREF(current);
+    Py_XDECREF(live_owner);
+    live_owner = current;
+  }
+  live.emplace_back(t.getIntrusivePtr());
+  if (live.size() >= sweep_at) sweep();
+}
+
+// A new inner tensor holding `value` (a new reference, taken), contiguous, tracked.
+at::Tensor make_tensor(c10::IntArrayRef sizes, caffe2::TypeMeta dtype, PyObject* value) {
+  int64_t numel = 1;
+  for (int64_t s : sizes) numel *= s;
+  // A storage without memory, as a wrapper subclass has: code that asks a tensor for
+  // its storage (nbytes, an identity) gets one; the device's allocator refuses data.
+  c10::Storage storage(c10::Storage::use_byte_size_t(),
+                       static_cast<size_t>(numel) * dtype.itemsize(),
+                       c10::DataPtr(nullptr, c10::Device(kLazy, 0)), nullptr, false);
+  auto tensor = at::detail::make_tensor<LazyImpl>(std::move(storage), dtype, value);
+  tensor.unsafeGetTensorImpl()->set_sizes_contiguous(sizes);
+  track(tensor);
+  return tensor;
+}
+
+template <typename Version>
+c10::intrusive_ptr<c10::TensorImpl> LazyImpl::copy(Version&& version, bool allow_change) const {
+  PyGILState_STATE gil = PyGILState_Ensure();
+  Py_XINCREF(value);
+  c10::Storage storage = storage_;
+  auto impl = c10::make_intrusive<LazyImpl>(std::move(storage), data_type_, value);
+  copy_tensor_metadata(this, impl.get(), std::forward<Version>(version), allow_change);
+  impl->refresh_numel();
+  at::Tensor tensor(impl);
+  if (configured) track(tensor);
+  PyGILState_Release(gil);
+  return impl;
+}
+
+// The inner tensor's Python object, of class LazyTensor (new reference). PyTorch's own
+// boxing (a Python kernel, torch._from_functional_tensor) may have made it a plain
+// torch.Tensor first: its class is then set.
+PyObject* wrap(const at::Tensor& t) {
+  PyObject* object = nullptr;
+  try {
+    object = THPVariable_Wrap(t, R.lazy_tensor);
+  } catch (const std::exception&) {
+    object = nullptr;  // it has a Python object of another class already
+  }
+  if (object == nullptr) {
+    PyErr_Clear();
+    object = THPVariable_Wrap(t);
+  }
+  if (object != nullptr && Py_TYPE(object) != R.lazy_tensor && lazy_impl(t) != nullptr) {
+    if (PyObject_SetAttrString(object, "__class__", reinterpret_cast<PyObject*>(R.lazy_tensor))) {
+      Py_DECREF(object);
+      return nullptr;
+    }
+  }
+  return object;
+}
+
+// ------------------------------------------------------------ per op
+
+struct Output {
+  PyObject* meta;  // meta tensor (LazyValue.meta)
+  PyObject* sig;   // LazyValue.sig
+  std::vector<int64_t> sizes;
+  caffe2::TypeMeta dtype;
+};
+
+struct ShapeEntry {
+  PyObject* metas;  // Node.out_metas
+  PyObject* token;  // Node.static
+  std::vector<Output> outputs;
+};
+
+enum class Arg : uint8_t { Tensor, Int, Float, Bool, Scalar, IntList, Dtype, Other };
+
+struct OpInfo {
+  bool leaf = false;     // its route is the recorder: recorded here when it can be
+  bool lift = false;     // floats become scalar graph inputs (out of the cache key)
+  PyObject* func = nullptr;     // the OpOverload
+  PyObject* node_op = nullptr;  // the Node's op (view_copy -> view ...)
+  size_t kwarg_only_start = 0;
+  std::vector<Arg> kinds;
+  std::vector<PyObject*> names;  // argument names (keyword arguments)
+  std::unordered_map<std::string, ShapeEntry> shapes;
+};
+
+constexpr size_t kShapeCacheLimit = 1 << 16;
+
+std::unordered_map<const c10::FunctionSchema*, std::unique_ptr<OpInfo>> ops;
+
+Arg kind_of(const c10::TypePtr& type) {
+  c10::TypePtr t = type;
+  if (auto optional = t->cast<c10::OptionalType>()) t = optional->getElementType();
+  switch (t->kind()) {
+    case c10::TypeKind::TensorType: return Arg::Tensor;
+    case c10::TypeKind::IntType:
+    case c10::TypeKind::SymIntType: return Arg::Int;
+    case c10::TypeKind::FloatType: return Arg::Float;
+    case c10::TypeKind::BoolType: return Arg::Bool;
+    case c10::TypeKind::NumberType: return Arg::Scalar;
+    case c10::TypeKind::ScalarTypeType: return Arg::Dtype;
+    case c10::TypeKind::ListType: {
+      auto element = t->castRaw<c10::ListType>()->getElementType()->kind();
+      if (element == c10::TypeKind::IntType || element == c10::TypeKind::SymIntType) {
+        return Arg::IntList;
+      }
+      return Arg::Other;
+    }
+    default: return Arg::Other;
+  }
+}
+
+[[noreturn]] void raise_python_error() {
+  python_error error;
+  error.persist();
+  throw error;
+}
+
+OpInfo& op_info(const c10::OperatorHandle& op) {
+  const c10::FunctionSchema* schema = &op.schema();
+  auto found = ops.find(schema);
+  if (found != ops.end()) return *found->second;
+  auto info = std::make_unique<OpInfo>();
+  py::handle func = torch::detail::getTorchApiFunction(op);
+  info->func = func.ptr();
+  Py_INCREF(info->func);
+  PyObject* described = PyObject_CallOneArg(R.describe, info->func);
+  if (described == nullptr) raise_python_error();
+  info->leaf = PyObject_IsTrue(PyTuple_GET_ITEM(described, 0));
+  info->lift = PyObject_IsTrue(PyTuple_GET_ITEM(described, 1));
+  info->node_op = PyTuple_GET_ITEM(described, 2);
+  Py_INCREF(info->node_op);
+  Py_DECREF(described);
+  const auto& arguments = schema->arguments();
+  size_t start = arguments.size();
+  while (start > 0 && arguments[start - 1].kwarg_only()) start--;
+  info->kwarg_only_start = start;
+  for (const auto& argument : arguments) {
+    info->kinds.push_back(kind_of(argument.real_type()));
+    info->names.push_back(PyUnicode_InternFromString(argument.name().c_str()));
+  }
+  // The fast path makes plain outputs only: no aliasing, no mutation, Tensor returns.
+  if (schema->is_mutable() || schema->returns().empty()) info->leaf = false;
+  for (const auto& ret : schema->returns()) {
+    if (ret.alias_info() != nullptr || ret.real_type()->kind() != c10::TypeKind::TensorType) {
+      info->leaf = false;
+    }
+  }
+  for (const auto& argument : arguments) {
+    if (argument.alias_info() != nullptr) info->leaf = false;
+  }
+  return *ops.emplace(schema, std::move(info)).first->second;
+}
+
+// ------------------------------------------------------------ the fast path
+
+thread_local std::string key_buffer;
+thread_local int python_depth = 0;  // > 0 inside a call of the Python tracer
+double fast_seconds = 0.0;          // tracing time of top-level fast-path ops (GIL held)
+
+inline void put(std::string& key, char tag, const void* data, size_t n) {
+  key.push_back(tag);
+  key.append(static_cast<const char*>(data), n);
+}
+
+inline bool int_of(const c10::IValue& v, int64_t* out) {
+  if (v.isInt()) {
+    *out = v.toInt();
+    return true;
+  }
+  if (v.isSymInt()) {
+    auto m = v.toSymInt().maybe_as_int();
+    if (!m) return false;
+    *out = *m;
+    return true;
+  }
+  return false;
+}
+
+// The shape-cache key of a call (every argument, in order); false if the fast path
+// does not take one of them.
+bool build_key(const OpInfo& info, const c10::IValue* args, size_t n, std::string& key) {
+  key.clear();
+  for (size_t i = 0; i < n; i++) {
+    const c10::IValue& v = args[i];
+    if (v.isNone()) {
+      key.push_back('N');
+      continue;
+    }
+    switch (info.kinds[i]) {
+      case Arg::Tensor: {
+        if (!v.isTensor()) return false;
+        LazyImpl* impl = lazy_impl(v.toTensor());
+        if (impl == nullptr || impl->value == nullptr) return false;  // a host tensor
+        PyObject* sig = get_slot(impl->value, R.v_sig);
+        long long s = PyLong_AsLongLong(sig);
+        if (s == -1 && PyErr_Occurred()) {
+          PyErr_Clear();
+          return false;
+        }
+        put(key, 'T', &s, sizeof s);
+        break;
+      }
+      case Arg::Int:
+      case Arg::Dtype: {
+        int64_t x;
+        if (!int_of(v, &x)) return false;
+        put(key, 'i', &x, sizeof x);
+        break;
+      }
+      case Arg::Float:
+      case Arg::Scalar: {
+        if (v.isDouble()) {
+          if (info.lift) {
+            key.push_back('F');  // a scalar graph input: its value is not in the key
+          } else {
+            double d = v.toDouble();
+            put(key, 'd', &d, sizeof d);  // by bits: 0.0 and -0.0 differ
+          }
+        } else if (v.isBool()) {
+          char b = v.toBool() ? 1 : 0;
+          put(key, 'b', &b, 1);
+        } else {
+          int64_t x;
+          if (!int_of(v, &x)) return false;
+          put(key, 'i', &x, sizeof x);
+        }
+        break;
+      }
+      case Arg::Bool: {
+        if (!v.isBool()) return false;
+        char b = v.toBool() ? 1 : 0;
+        put(key, 'b', &b, 1);
+        break;
+      }
+      case Arg::IntList: {
+        if (!v.isList() && !v.isIntList()) return false;
+        if (v.isIntList()) {
+          auto list = v.toIntList();
+          int64_t size = list.size();
+          put(key, 'L', &size, sizeof size);
+          for (int64_t x : list) key.append(reinterpret_cast<const char*>(&x), sizeof x);
+        } else {
+          const auto& list = v.toListRef();
+          int64_t size = list.size();
+          put(key, 'L', &size, sizeof size);
+          for (const auto& e : list) {
+            int64_t x;
+            if (!int_of(e, &x)) return false;
+            key.append(reinterpret_cast<const char*>(&x), sizeof x);
+          }
+        }
+        break;
+      }
+      default:
+        return false;
+    }
+  }
+  return true;
+}
+
+// An argument as the Node holds it (new reference): a LazyValue for a tensor, Python
+// numbers, a list of ints, a dtype. Only for arguments build_key took.
+PyObject* node_arg(const OpInfo& info, size_t i, const c10::IValue& v) {
+  if (v.isNone()) Py_RETURN_NONE;
+  switch (info.kinds[i]) {
+    case Arg::Tensor: {
+      PyObject* value = lazy_impl(v.toTensor())->value;
+      Py_INCREF(value);
+      return value;
+    }
+    case Arg::Dtype: {
+      int64_t x;
+      int_of(v, &x);
+      PyObject* dtype = reinterpret_cast<PyObject*>(torch::getTHPDtype(static_cast<c10::ScalarType>(x)));
+      Py_INCREF(dtype);
+      return dtype;
+    }
+    case Arg::IntList: {
+      std::vector<int64_t> xs;
+      if (v.isIntList()) {
+        xs = v.toIntVector();
+      } else {
+        for (const auto& e : v.toListRef()) {
+          int64_t x;
+          int_of(e, &x);
+          xs.push_back(x);
+        }
+      }
+      PyObject* list = PyList_New(static_cast<Py_ssize_t>(xs.size()));
+      if (list == nullptr) return nullptr;
+      for (size_t k = 0; k < xs.size(); k++) PyList_SET_ITEM(list, k, PyLong_FromLongLong(xs[k]));
+      return list;
+    }
+    default: {
+      if (v.isDouble()) return PyFloat_FromDouble(v.toDouble());
+      if (v.isBool()) return PyBool_FromLong(v.toBool());
+      int64_t x;
+      int_of(v, &x);
+      return PyLong_FromLongLong(x);
+    }
+  }
+}
+
+// Whether argument i holds its default (PyTorch's Python boxing leaves such trailing
+// positional and keyword arguments out; the Node must hold what the Python tracer
+// would have been given).
+inline bool is_default(const c10::FunctionSchema& schema, size_t i, const c10::IValue& v) {
+  const auto& d = schema.arguments()[i].default_value();
+  return d.has_value() && *d == v;
+}
+
+// The Node's (args, kwargs), as PyTorch's Python dispatch boxes a call. New references.
+bool node_arguments(const OpInfo& info, const c10::FunctionSchema& schema, const c10::IValue* args,
+                    size_t n, PyObject** out_args, PyObject** out_kwargs) {
+  size_t positional = info.kwarg_only_start;
+  while (positional > 0 && is_default(schema, positional - 1, args[positional - 1])) positional--;
+  PyObject* tuple = PyTuple_New(static_cast<Py_ssize_t>(positional));
+  if (tuple == nullptr) return false;
+  for (size_t i = 0; i < positional; i++) {
+    PyObject* a = node_arg(info, i, args[i]);
+    if (a == nullptr) {
+      Py_DECREF(tuple);
+      return false;
+    }
+    PyTuple_SET_ITEM(tuple, i, a);
+  }
+  PyObject* kwargs = nullptr;
+  for (size_t i = info.kwarg_only_start; i < n; i++) {
+    if (is_default(schema, i, args[i])) continue;
+    if (kwargs == nullptr) kwargs = PyDict_New();
+    PyObject* a = node_arg(info, i, args[i]);
+    if (kwargs == nullptr || a == nullptr || PyDict_SetItem(kwargs, info.names[i], a) < 0) {
+      Py_XDECREF(a);
+      Py_XDECREF(kwargs);
+      Py_DECREF(tuple);
+      return false;
+    }
+    Py_DECREF(a);
+  }
+  if (kwargs == nullptr) {
+    kwargs = R.no_kwargs;
+    Py_INCREF(kwargs);
+  }
+  *out_args = tuple;
+  *out_kwargs = kwargs;
+  return true;
+}
+
+// The shape-cache entry of a call not seen before, from the Python recorder's meta
+// inference (nullptr, no error set: the Python tracer must take the call).
+ShapeEntry* infer_entry(OpInfo& info, const std::string& key, PyObject* args, PyObject* kwargs) {
+  PyObject* got = PyObject_CallFunctionObjArgs(R.infer, info.func, args, kwargs, nullptr);
+  if (got == nullptr) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  if (got == Py_None) {
+    Py_DECREF(got);
+    return nullptr;
+  }
+  // (metas, token, ((meta, sig), ...))
+  ShapeEntry entry;
+  entry.metas = PyTuple_GET_ITEM(got, 0);
+  entry.token = PyTuple_GET_ITEM(got, 1);
+  PyObject* outputs = PyTuple_GET_ITEM(got, 2);
+  Py_INCREF(entry.metas);
+  Py_INCREF(entry.token);
+  for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(outputs); k++) {
+    PyObject* out = PyTuple_GET_ITEM(outputs, k);
+    Output o;
+    o.meta = PyTuple_GET_ITEM(out, 0);
+    o.sig = PyTuple_GET_ITEM(out, 1);
+    Py_INCREF(o.meta);
+    Py_INCREF(o.sig);
+    const at::Tensor& meta = THPVariable_Unpack(o.meta);
+    o.sizes = meta.sizes().vec();
+    o.dtype = meta.dtype();
+    entry.outputs.push_back(std::move(o));
+  }
+  Py_DECREF(got);
+  if (info.shapes.size() >= kShapeCacheLimit) info.shapes.clear();  // (entries leak: rare)
+  return &info.shapes.emplace(key, std::move(entry)).first->second;
+}
+
+PyObject* new_object(PyTypeObject* type) { return type->tp_alloc(type, 0); }
+
+// Records the call on the stack if the fast path takes it; false leaves the stack as it
+// was, with no Python error set.
+bool record_fast(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* stack) {
+  const auto& schema = op.schema();
+  size_t n = schema.arguments().size();
+  const c10::IValue* args = stack->data() + stack->size() - n;
+  std::string& key = key_buffer;
+  if (!build_key(info, args, n, key)) return false;
+  PyObject* node_args;
+  PyObject* node_kwargs;
+  auto found = info.shapes.find(key);
+  ShapeEntry* entry = found == info.shapes.end() ? nullptr : &found->second;
+  if (!node_arguments(info, schema, args, n, &node_args, &node_kwargs)) {
+    PyErr_Clear();
+    return false;
+  }
+  if (entry == nullptr) {
+    std::string missed = key;  // (the Python call may trace, reusing the buffer)
+    entry = infer_entry(info, missed, node_args, node_kwargs);
+    if (entry == nullptr || entry->outputs.size() != schema.returns().size()) {
+      Py_DECREF(node_args);
+      Py_DECREF(node_kwargs);
+      return false;
+    }
+  }
+  PyObject* seq = PyIter_Next(R.node_ids);
+  PyObject* node = new_object(R.node);
+  if (seq == nullptr || node == nullptr) {
+    Py_XDECREF(seq);
+    Py_XDECREF(node);
+    Py_DECREF(node_args);
+    Py_DECREF(node_kwargs);
+    PyErr_Clear();
+    return false;
+  }
+  Py_INCREF(info.node_op);
+  set_slot(node, R.n_op, info.node_op);
+  set_slot(node, R.n_args, node_args);
+  set_slot(node, R.n_kwargs, node_kwargs);
+  Py_INCREF(entry->metas);
+  set_slot(node, R.n_out_metas, entry->metas);
+  set_slot(node, R.n_seq, seq);
+  Py_INCREF(entry->token);
+  set_slot(node, R.n_static, entry->token);
+  std::vector<at::Tensor> outputs;
+  outputs.reserve(entry->outputs.size());
+  for (size_t k = 0; k < entry->outputs.size(); k++) {
+    const Output& out = entry->outputs[k];
+    PyObject* value = new_object(R.lazy_value);
+    if (value == nullptr) {
+      Py_DECREF(node);
+      raise_python_error();
+    }
+    Py_INCREF(out.meta);
+    set_slot(value, R.v_meta, out.meta);
+    Py_INCREF(node);
+    set_slot(value, R.v_node, node);
+    set_slot(value, R.v_index, PyLong_FromSize_t(k));
+    Py_INCREF(Py_None);
+    set_slot(value, R.v_data, Py_None);
+    Py_INCREF(Py_None);
+    set_slot(value, R.v_error, Py_None);
+    Py_INCREF(out.sig);
+    set_slot(value, R.v_sig, out.sig);
+    Py_INCREF(Py_None);
+    set_slot(value, R.v_run, Py_None);
+    outputs.push_back(make_tensor(out.sizes, out.dtype, value));
+  }
+  Py_DECREF(node);
+  torch::jit::drop(*stack, n);
+  for (auto& t : outputs) stack->emplace_back(std::move(t));
+  return true;
+}
+
+// ------------------------------------------------------------ the Python tracer
+
+PyObject* to_python(const c10::Argument& argument, const c10::IValue& v) {
+  if (v.isNone()) Py_RETURN_NONE;
+  if (v.isTensor()) {
+    const at::Tensor& t = v.toTensor();
+    if (!t.defined()) Py_RETURN_NONE;
+    return lazy_impl(t) != nullptr ? wrap(t) : THPVariable_Wrap(t);
+  }
+  if (v.isTensorList() || (v.isList() && !v.isIntList() && !v.isDoubleList() && !v.isBoolList())) {
+    bool tensors = v.isTensorList();
+    if (!tensors) {
+      for (const auto& e : v.toListRef()) tensors = tensors || e.isTensor();
+    }
+    if (tensors) {
+      const auto& list = v.toListRef();
+      PyObject* out = PyList_New(static_cast<Py_ssize_t>(list.size()));
+      if (out == nullptr) return nullptr;
+      for (size_t k = 0; k < list.size(); k++) {
+        PyObject* item = to_python(argument, list[k]);
+        if (item == nullptr) {
+          Py_DECREF(out);
+          return nullptr;
+        }
+        PyList_SET_ITEM(out, k, item);
+      }
+      return out;
+    }
+  }
+  // As PyTorch's Python dispatch boxes them (parseIValuesToPyArgsKwargs).
+  c10::TypePtr type = argument.real_type();
+  if (auto optional = type->cast<c10::OptionalType>()) type = optional->getElementType();
+  switch (type->kind()) {
+    case c10::TypeKind::ScalarTypeType: {
+      PyObject* o = reinterpret_cast<PyObject*>(torch::getTHPDtype(static_cast<c10::ScalarType>(v.toInt())));
+      Py_INCREF(o);
+      return o;
+    }
+    case c10::TypeKind::LayoutType: {
+      PyObject* o = reinterpret_cast<PyObject*>(torch::getTHPLayout(static_cast<c10::Layout>(v.toInt())));
+      Py_INCREF(o);
+      return o;
+    }
+    case c10::TypeKind::MemoryFormatType: {
+      PyObject* o = torch::utils::getTHPMemoryFormat(static_cast<c10::MemoryFormat>(v.toInt()));
+      Py_INCREF(o);
+      return o;
+    }
+    default:
+      break;
+  }
+  try {
+    return torch::jit::toPyObject(v).release().ptr();
+  } catch (py::error_already_set& error) {
+    error.restore();
+    return nullptr;
+  }
+}
+
+// Calls the Python tracer with the call on the stack, boxed as PyTorch's Python
+// dispatch boxes it, and pushes its outputs.
+void call_python(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* stack) {
+  const auto& schema = op.schema();
+  size_t n = schema.arguments().size();
+  auto arguments = torch::jit::pop(*stack, n);
+  size_t positional = info.kwarg_only_start;
+  while (positional > 0 && is_default(schema, positional - 1, arguments[positional - 1])) {
+    positional--;
+  }
+  PyObject* args = PyTuple_New(static_cast<Py_ssize_t>(positional));
+  PyObject* kwargs = PyDict_New();
+  if (args == nullptr || kwargs == nullptr) raise_python_error();
+  for (size_t i = 0; i < positional; i++) {
+    PyObject* a = to_python(schema.arguments()[i], arguments[i]);
+    if (a == nullptr) {
+      Py_DECREF(args);
+      Py_DECREF(kwargs);
+      raise_python_error();
+    }
+    PyTuple_SET_ITEM(args, i, a);
+  }
+  for (size_t i = info.kwarg_only_start; i < n; i++) {
+    if (is_default(schema, i, arguments[i])) continue;
+    PyObject* a = to_python(schema.arguments()[i], arguments[i]);
+    if (a == nullptr || PyDict_SetItem(kwargs, info.names[i], a) < 0) {
+      Py_XDECREF(a);
+      Py_DECREF(args);
+      Py_DECREF(kwargs);
+      raise_python_error();
+    }
+    Py_DECREF(a);
+  }
+  // The routes run under the dispatch state the call arrived with: functionalization's
+  // and autograd's keys excluded, as PyTorch's Python key gave them (its snapshot was
+  // taken below the wrapper's autograd and functionalization kernels too).
+  python_depth++;
+  PyObject* out = PyObject_CallFunctionObjArgs(R.entry, info.func, args, kwargs, nullptr);
+  python_depth--;
+  Py_DECREF(args);
+  Py_DECREF(kwargs);
+  if (out == nullptr) raise_python_error();
+  py::object result = py::reinterpret_steal<py::object>(out);
+  const auto& returns = schema.returns();
+  try {
+    if (returns.size() == 1) {
+      stack->push_back(torch::jit::toIValue(result, returns[0].real_type()));
+    } else if (returns.size() > 1) {
+      auto outs = py::cast<py::sequence>(result);
+      TORCH_CHECK(outs.size() == returns.size(), "lazy_mlir: ", schema.name(), " returned ",
+                  outs.size(), " values, its schema says ", returns.size());
+      for (size_t k = 0; k < returns.size(); k++) {
+        stack->push_back(torch::jit::toIValue(outs[k], returns[k].real_type()));
+      }
+    }
+  } catch (py::error_already_set& error) {
+    error.restore();
+    raise_python_error();
+  }
+}
+
+// ------------------------------------------------------------ the kernel
+
+bool any_lazy(const c10::IValue& v) {
+  if (v.isTensor()) return lazy_impl(v.toTensor()) != nullptr;
+  if (v.isTensorList()) {
+    for (const at::Tensor& t : v.toTensorList().vec()) {
+      if (lazy_impl(t) != nullptr) return true;
+    }
+    return false;
+  }
+  if (v.isList()) {
+    for (const auto& e : v.toListRef()) {
+      if (any_lazy(e)) return true;
+    }
+  }
+  return false;
+}
+
+// A call without an inner lazy tensor: one the dispatcher sent here by a device
+// argument (BackendSelect: `cpu.to("lazy_mlir")`, `torch.zeros(n, device=...)`) or a
+// wrapper reaching the backend with Functionalize excluded. It gets the kernel it had
+// before `entry` was registered: the op's composite kernel, else PyTorch's error.
+void call_default(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  for (auto key : {c10::DispatchKey::CompositeExplicitAutogradNonFunctional,
+                   c10::DispatchKey::CompositeExplicitAutograd,
+                   c10::DispatchKey::CompositeImplicitAutograd}) {
+    if (op.hasKernelForDispatchKey(key)) {
+      op.callBoxedForDispatchKey(key, *stack);
+      return;
+    }
+  }
+  TORCH_CHECK_NOT_IMPLEMENTED(false, "Could not run '", op.schema().operator_name(),
+                              "' with arguments from the 'lazy_mlir' backend.");
+}
+
+void entry(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  TORCH_CHECK(configured, "lazy_mlir: the tracer is not set up (import lazymlir first)");
+  {
+    size_t n = op.schema().arguments().size();
+    const c10::IValue* args = stack->data() + stack->size() - n;
+    bool lazy = false;
+    for (size_t i = 0; i < n && !lazy; i++) lazy = any_lazy(args[i]);
+    if (!lazy) {
+      call_default(op, stack);
+      return;
+    }
+  }
+  if (!python_alive()) TORCH_CHECK(false, "lazy_mlir: Python is shutting down");
+  Gil gil;
+  OpInfo& info = op_info(op);
+  if (info.leaf) {
+    auto began = std::chrono::steady_clock::now();
+    if (record_fast(op, info, stack)) {
+      if (python_depth == 0) {
+        fast_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+      }
+      return;
+    }
+  }
+  call_python(op, info, stack);
+}
+
+std::vector<std::unique_ptr<torch::Library>> libraries;
+
+// ------------------------------------------------------------ the module
+
+PyObject* configure(PyObject*, PyObject* args) {
+  PyObject *lazy_tensor, *lazy_value, *node, *node_ids, *entry_fn, *describe, *infer, *globals,
+      *no_kwargs;
+  if (!PyArg_ParseTuple(args, "OOOOOOOOO", &lazy_tensor, &lazy_value, &node, &node_ids, &entry_fn,
+                        &describe, &infer, &globals, &no_kwargs)) {
+    return nullptr;
+  }
+  try {
+    R.lazy_tensor = reinterpret_cast<PyTypeObject*>(lazy_tensor);
+    R.lazy_value = reinterpret_cast<PyTypeObject*>(lazy_value);
+    R.node = reinterpret_cast<PyTypeObject*>(node);
+    for (PyObject* o : {lazy_tensor, lazy_value, node, node_ids, entry_fn, describe, infer, globals,
+                        no_kwargs}) {
+      Py_INCREF(o);
+    }
+    R.node_ids = node_ids;
+    R.entry = entry_fn;
+    R.describe = describe;
+    R.infer = infer;
+    R.session_globals = globals;
+    R.current_name = PyUnicode_InternFromString("_current");
+    R.no_kwargs = no_kwargs;
+    R.v_meta = slot_offset(R.lazy_value, "meta");
+    R.v_node = slot_offset(R.lazy_value, "node");
+    R.v_index = slot_offset(R.lazy_value, "index");
+    R.v_data = slot_offset(R.lazy_value, "data");
+    R.v_error = slot_offset(R.lazy_value, "error");
+    R.v_sig = slot_offset(R.lazy_value, "sig");
+    R.v_run = slot_offset(R.lazy_value, "run");
+    R.n_op = slot_offset(R.node, "op");
+    R.n_args = slot_offset(R.node, "args");
+    R.n_kwargs = slot_offset(R.node, "kwargs");
+    R.n_out_metas = slot_offset(R.node, "out_metas");
+    R.n_seq = slot_offset(R.node, "seq");
+    R.n_static = slot_offset(R.node, "static");
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return nullptr;
+  }
+  configured = true;
+  Py_RETURN_NONE;
+}
+
+// Registers `entry` for every op that has no PrivateUse1 kernel yet, and as the
+// backend fallback; returns how many kernels it registered.
+PyObject* register_kernels(PyObject*, PyObject*) {
+  HANDLE_TH_ERRORS
+  auto& dispatcher = c10::Dispatcher::singleton();
+  std::unordered_map<std::string, torch::Library*> by_namespace;
+  long count = 0;
+  for (const auto& name : dispatcher.getAllOpNames()) {
+    auto handle = dispatcher.findOp(name);
+    // Ops with a kernel of ours already (the factories), and composite-implicit ops:
+    // those decompose above the backend (a kernel here would also take their autograd
+    // away: the math kernel serves the Autograd key only where the backend has none).
+    if (!handle || handle->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1) ||
+        handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) {
+      continue;
+    }
+    auto separator = name.name.find("::");
+    if (separator == std::string::npos) continue;
+    std::string ns = name.name.substr(0, separator);
+    auto found = by_namespace.find(ns);
+    torch::Library* library;
+    if (found == by_namespace.end()) {
+      libraries.push_back(std::make_unique<torch::Library>(
+          torch::Library::IMPL, ns, c10::DispatchKey::PrivateUse1, __FILE__, __LINE__));
+      library = libraries.back().get();
+      by_namespace.emplace(ns, library);
+    } else {
+      library = found->second;
+    }
+    std::string op_name = name.name.substr(separator + 2);
+    if (!name.overload_name.empty()) op_name += "." + name.overload_name;
+    library->impl(op_name.c_str(), torch::CppFunction::makeFromBoxedFunction<&entry>());
+    count++;
+  }
+  if (!dispatcher.findOp(c10::OperatorName("aten::add", "Tensor"))
+           ->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) {
+    PyErr_SetString(PyExc_RuntimeError, "lazymlir native entry: registration failed");
+    return nullptr;
+  }
+  libraries.push_back(std::make_unique<torch::Library>(
+      torch::Library::IMPL, "_", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__));
+  libraries.back()->fallback(torch::CppFunction::makeFromBoxedFunction<&entry>());
+  return PyLong_FromLong(count);
+  END_HANDLE_TH_ERRORS
+}
+
+// make(value) -> a new inner tensor (class LazyTensor) holding `value`.
+PyObject* make(PyObject*, PyObject* value) {
+  HANDLE_TH_ERRORS
+  PyObject* meta = PyObject_GetAttrString(value, "meta");
+  if (meta == nullptr) return nullptr;
+  if (!THPVariable_Check(meta)) {
+    Py_DECREF(meta);
+    PyErr_SetString(PyExc_TypeError, "LazyValue.meta must be a tensor");
+    return nullptr;
+  }
+  at::Tensor m = THPVariable_Unpack(meta);
+  Py_DECREF(meta);
+  Py_INCREF(value);
+  at::Tensor tensor = make_tensor(m.sizes(), m.dtype(), value);
+  return wrap(tensor);
+  END_HANDLE_TH_ERRORS
+}
+
+LazyImpl* impl_of(PyObject* object) {
+  if (!THPVariable_Check(object)) return nullptr;
+  return lazy_impl(THPVariable_Unpack(object));
+}
+
+// value_of(tensor) -> its LazyValue, or None for a tensor that is not an inner lazy one.
+PyObject* value_of(PyObject*, PyObject* object) {
+  LazyImpl* impl = impl_of(object);
+  if (impl == nullptr || impl->value == nullptr) Py_RETURN_NONE;
+  Py_INCREF(impl->value);
+  return impl->value;
+}
+
+PyObject* set_value(PyObject*, PyObject* args) {
+  PyObject *object, *value;
+  if (!PyArg_ParseTuple(args, "OO", &object, &value)) return nullptr;
+  LazyImpl* impl = impl_of(object);
+  if (impl == nullptr) {
+    PyErr_SetString(PyExc_TypeError, "set_value: not an inner lazy_mlir tensor");
+    return nullptr;
+  }
+  Py_INCREF(value);
+  Py_XDECREF(impl->value);
+  impl->value = value;
+  Py_RETURN_NONE;
+}
+
+// as_lazy(tensor) -> the tensor, of class LazyTensor if it is an inner lazy tensor.
+PyObject* as_lazy(PyObject*, PyObject* object) {
+  HANDLE_TH_ERRORS
+  LazyImpl* impl = impl_of(object);
+  if (impl == nullptr) {
+    Py_INCREF(object);
+    return object;
+  }
+  return wrap(THPVariable_Unpack(object));
+  END_HANDLE_TH_ERRORS
+}
+
+PyObject* is_lazy(PyObject*, PyObject* object) {
+  return PyBool_FromLong(impl_of(object) != nullptr);
+}
+
+bool owned_by_current() {
+  return PyDict_GetItem(R.session_globals, R.current_name) == live_owner;
+}
+
+// live_pending() -> the LazyValues of live inner tensors that are pending (each once).
+PyObject* live_pending(PyObject*, PyObject*) {
+  PyObject* out = PyList_New(0);
+  if (out == nullptr || !owned_by_current()) return out;
+  std::unordered_set<PyObject*> seen;
+  size_t kept = 0;
+  for (auto& ref : live) {
+    auto strong = ref.lock();
+    if (!strong) continue;
+    auto* impl = static_cast<LazyImpl*>(strong.get());
+    PyObject* value = impl->value;
+    if (value != nullptr && get_slot(value, R.v_node) != Py_None && seen.insert(value).second) {
+      if (PyList_Append(out, value) < 0) {
+        Py_DECREF(out);
+        return nullptr;
+      }
+    }
+    live[kept++] = std::move(ref);
+  }
+  live.erase(live.begin() + kept, live.end());
+  sweep_at = std::max<size_t>(4096, 2 * kept);
+  return out;
+}
+
+// live_tensors() -> the live inner tensors, in creation order.
+PyObject* live_tensors(PyObject*, PyObject*) {
+  HANDLE_TH_ERRORS
+  PyObject* out = PyList_New(0);
+  if (out == nullptr || !owned_by_current()) return out;
+  for (auto& ref : live) {
+    auto strong = ref.lock();
+    if (!strong) continue;
+    PyObject* t = wrap(at::Tensor(std::move(strong)));
+    if (t == nullptr || PyList_Append(out, t) < 0) {
+      Py_XDECREF(t);
+      Py_DECREF(out);
+      return nullptr;
+    }
+    Py_DECREF(t);
+  }
+  return out;
+  END_HANDLE_TH_ERRORS
+}
+
+// take_trace_time() -> seconds the fast path spent on top-level ops since the last call.
+PyObject* take_trace_time(PyObject*, PyObject*) {
+  double s = fast_seconds;
+  fast_seconds = 0.0;
+  return PyFloat_FromDouble(s);
+}
+
+PyMethodDef methods[] = {
+    {"configure", configure, METH_VARARGS, nullptr},
+    {"register_kernels", register_kernels, METH_NOARGS, nullptr},
+    {"make", make, METH_O, nullptr},
+    {"value_of", value_of, METH_O, nullptr},
+    {"set_value", set_value, METH_VARARGS, nullptr},
+    {"as_lazy", as_lazy, METH_O, nullptr},
+    {"is_lazy", is_lazy, METH_O, nullptr},
+    {"live_pending", live_pending, METH_NOARGS, nullptr},
+    {"live_tensors", live_tensors, METH_NOARGS, nullptr},
+    {"take_trace_time", take_trace_time, METH_NOARGS, nullptr},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "lazymlir_native_entry", nullptr, -1, methods};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit_lazymlir_native_entry() { return PyModule_Create(&module_def); }
