@@ -16,6 +16,7 @@ record: the error says to install one.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.machinery
 import importlib.util
 import logging
@@ -94,3 +95,15 @@ def load():
     loader.exec_module(module)
     sys.modules[MODULE] = module
     return module
+
+
+@contextlib.contextmanager
+def python_recording():
+    """Within: every op on lazy tensors goes to the Python tracer (the C++ entry records
+    none itself): tests that count the tracer's entries, and debugging."""
+    module = load()
+    was = module.set_fast_path(False)
+    try:
+        yield
+    finally:
+        module.set_fast_path(was)

@@ -341,6 +341,7 @@ OpInfo& op_info(const c10::OperatorHandle& op) {
 thread_local std::string key_buffer;
 thread_local int python_depth = 0;  // > 0 inside a call of the Python tracer
 double fast_seconds = 0.0;          // tracing time of top-level fast-path ops (GIL held)
+bool fast_path = true;              // off: every call goes to the Python tracer (tests)
 
 inline void put(std::string& key, char tag, const void* data, size_t n) {
   key.push_back(tag);
@@ -361,6 +362,33 @@ inline bool int_of(const c10::IValue& v, int64_t* out) {
   return false;
 }
 
+// A wrapped number's key: as the Python number it is handed over as.
+bool wrapped_key(const OpInfo& info, const at::Tensor& t, std::string& key) {
+  switch (t.scalar_type()) {
+    case at::ScalarType::Double: {
+      if (info.lift) {
+        key.push_back('F');
+      } else {
+        double d = *t.const_data_ptr<double>();
+        put(key, 'd', &d, sizeof d);
+      }
+      return true;
+    }
+    case at::ScalarType::Long: {
+      int64_t x = *t.const_data_ptr<int64_t>();
+      put(key, 'i', &x, sizeof x);
+      return true;
+    }
+    case at::ScalarType::Bool: {
+      char b = *t.const_data_ptr<bool>() ? 1 : 0;
+      put(key, 'b', &b, 1);
+      return true;
+    }
+    default:
+      return false;  // (complex: the Python tracer)
+  }
+}
+
 // The shape-cache key of a call (every argument, in order); false if the fast path
 // does not take one of them.
 bool build_key(const OpInfo& info, const c10::IValue* args, size_t n, std::string& key) {
@@ -374,7 +402,13 @@ bool build_key(const OpInfo& info, const c10::IValue* args, size_t n, std::strin
     switch (info.kinds[i]) {
       case Arg::Tensor: {
         if (!v.isTensor()) return false;
-        LazyImpl* impl = lazy_impl(v.toTensor());
+        const at::Tensor& t = v.toTensor();
+        LazyImpl* impl = lazy_impl(t);
+        if (impl == nullptr && t.defined() && t.unsafeGetTensorImpl()->is_wrapped_number()) {
+          // `x * 2.0`: the Python tracer gets the number (torch::jit::toPyObject's rule)
+          if (!wrapped_key(info, t, key)) return false;
+          break;
+        }
         if (impl == nullptr || impl->value == nullptr) return false;  // a host tensor
         PyObject* sig = get_slot(impl->value, R.v_sig);
         long long s = PyLong_AsLongLong(sig);
@@ -449,9 +483,17 @@ PyObject* node_arg(const OpInfo& info, size_t i, const c10::IValue& v) {
   if (v.isNone()) Py_RETURN_NONE;
   switch (info.kinds[i]) {
     case Arg::Tensor: {
-      PyObject* value = lazy_impl(v.toTensor())->value;
-      Py_INCREF(value);
-      return value;
+      const at::Tensor& t = v.toTensor();
+      LazyImpl* impl = lazy_impl(t);
+      if (impl == nullptr) {  // a wrapped number (wrapped_key took it)
+        switch (t.scalar_type()) {
+          case at::ScalarType::Double: return PyFloat_FromDouble(*t.const_data_ptr<double>());
+          case at::ScalarType::Long: return PyLong_FromLongLong(*t.const_data_ptr<int64_t>());
+          default: return PyBool_FromLong(*t.const_data_ptr<bool>());
+        }
+      }
+      Py_INCREF(impl->value);
+      return impl->value;
     }
     case Arg::Dtype: {
       int64_t x;
@@ -649,8 +691,8 @@ PyObject* to_python(const c10::Argument& argument, const c10::IValue& v) {
   if (v.isNone()) Py_RETURN_NONE;
   if (v.isTensor()) {
     const at::Tensor& t = v.toTensor();
-    if (!t.defined()) Py_RETURN_NONE;
-    return lazy_impl(t) != nullptr ? wrap(t) : THPVariable_Wrap(t);
+    if (lazy_impl(t) != nullptr) return wrap(t);
+    // (toPyObject hands a wrapped number, `x * 2.0`'s 2.0, over as the Python number)
   }
   if (v.isTensorList() || (v.isList() && !v.isIntList() && !v.isDoubleList() && !v.isBoolList())) {
     bool tensors = v.isTensorList();
@@ -813,7 +855,7 @@ void entry(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (!python_alive()) TORCH_CHECK(false, "lazy_mlir: Python is shutting down");
   Gil gil;
   OpInfo& info = op_info(op);
-  if (info.leaf) {
+  if (info.leaf && fast_path) {
     auto began = std::chrono::steady_clock::now();
     if (record_fast(op, info, stack)) {
       if (python_depth == 0) {
@@ -1034,7 +1076,15 @@ PyObject* take_trace_time(PyObject*, PyObject*) {
   return PyFloat_FromDouble(s);
 }
 
+// set_fast_path(on) -> whether it was on. Off, every call goes to the Python tracer.
+PyObject* set_fast_path(PyObject*, PyObject* on) {
+  bool was = fast_path;
+  fast_path = PyObject_IsTrue(on);
+  return PyBool_FromLong(was);
+}
+
 PyMethodDef methods[] = {
+    {"set_fast_path", set_fast_path, METH_O, nullptr},
     {"configure", configure, METH_VARARGS, nullptr},
     {"register_kernels", register_kernels, METH_NOARGS, nullptr},
     {"make", make, METH_O, nullptr},

@@ -28,6 +28,7 @@ import torch
 
 import lazymlir
 from lazymlir.targets import cuda_driver, dlpack_abi
+from lazymlir.tracing import values
 
 NP = {torch.float32: np.float32, torch.float16: np.float16, torch.int64: np.int64,
       torch.bool: np.bool_, torch.uint8: np.uint8}
@@ -58,7 +59,7 @@ def host_view(address: int, shape, strides, dtype: torch.dtype) -> np.ndarray:
 
 def value_of(tensor):
     torch._sync(tensor)
-    return torch._from_functional_tensor(tensor)._lazy
+    return values.value_of(values.inner(tensor))
 
 
 class FakeCudaTensor:

@@ -27,6 +27,7 @@ from lazymlir.execution import worker as worker_module
 from lazymlir.lowering import errors as lowering_errors
 from lazymlir.support import settings as settings_module
 from lazymlir.support.settings import cache_dir_from, default_cache_dir
+from lazymlir.tracing import values
 
 # Three graphs (two shapes of one step, and another op mix): each process prints its
 # results and what it compiled.
@@ -434,7 +435,7 @@ def test_probe_verdicts_persist_but_crashes_do_not(fresh_disk_session, monkeypat
     from lazymlir.tracing.graph import build_graph
 
     x = torch.ones(3).to(DEVICE)
-    inner = [torch._from_functional_tensor(t)._lazy for t in (x.sin(), x.cos())]
+    inner = [values.value_of(values.inner(t)) for t in (x.sin(), x.cos())]
     graph = build_graph(inner)[0]
     sin, cos = (partition.single_node_graph(graph, i) for i in range(2))
     probes = []

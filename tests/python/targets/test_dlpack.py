@@ -20,6 +20,7 @@ import torch
 
 import lazymlir
 from lazymlir.targets import cuda_driver, dlpack_abi
+from lazymlir.tracing import values
 
 from conftest import target_name
 
@@ -78,7 +79,7 @@ def cpu_target():
 
 def _value(tensor):
     torch._sync(tensor)
-    return torch._from_functional_tensor(tensor)._lazy
+    return values.value_of(values.inner(tensor))
 
 
 def test_cpu_target_round_trip_shares_memory(cpu_target):

@@ -14,10 +14,11 @@ from conftest import DEVICE
 
 from lazymlir.lowering.front import fx_graph
 from lazymlir.tracing.graph import build_graph, graph_key
+from lazymlir.tracing import values
 
 
 def _inner(*tensors):
-    return [torch._from_functional_tensor(t)._lazy for t in tensors]
+    return [values.value_of(values.inner(t)) for t in tensors]
 
 
 def _both(tensors, static_scalar_ops=frozenset()):

@@ -15,14 +15,15 @@ from torch._C import _functionalization
 
 import lazymlir
 from lazymlir import metrics
-from lazymlir.tracing.values import LazyTensor
+from lazymlir.tracing import native, tracer
 
 
 @pytest.fixture
 def dispatched(monkeypatch):
-    """Counts of the ops reaching the tracer (top-level calls only)."""
+    """Counts of the ops reaching the tracer (top-level calls only; the C++ entry's
+    own recording is off, so that every op reaches the Python one)."""
     counts = collections.Counter()
-    entry = LazyTensor.__torch_dispatch__.__func__
+    entry = tracer._torch_dispatch
     depth = [0]
 
     def counting(cls, func, types, args=(), kwargs=None):
@@ -33,8 +34,9 @@ def dispatched(monkeypatch):
             return entry(cls, func, types, args, kwargs)
         finally:
             depth[0] -= 1
-    monkeypatch.setattr(LazyTensor, "__torch_dispatch__", classmethod(counting))
-    return counts
+    monkeypatch.setattr(tracer, "_torch_dispatch", counting)
+    with native.python_recording():
+        yield counts
 
 
 def _model():
