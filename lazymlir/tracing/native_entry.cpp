@@ -255,9 +255,10 @@ struct ShapeEntry {
   std::vector<Output> outputs;
 };
 
-enum class Arg : uint8_t { Tensor, Int, Float, Bool, Scalar, IntList, Dtype, Other };
+enum class Arg : uint8_t { Tensor, Int, Float, Bool, Scalar, IntList, Dtype, Str, Other };
 
 struct OpInfo {
+  std::optional<c10::OperatorName> name;  // (an op removed, another made at its address)
   bool leaf = false;     // its route is the recorder: recorded here when it can be
   bool lift = false;     // floats become scalar graph inputs (out of the cache key)
   PyObject* func = nullptr;     // the OpOverload
@@ -283,6 +284,7 @@ Arg kind_of(const c10::TypePtr& type) {
     case c10::TypeKind::BoolType: return Arg::Bool;
     case c10::TypeKind::NumberType: return Arg::Scalar;
     case c10::TypeKind::ScalarTypeType: return Arg::Dtype;
+    case c10::TypeKind::StringType: return Arg::Str;
     case c10::TypeKind::ListType: {
       auto element = t->castRaw<c10::ListType>()->getElementType()->kind();
       if (element == c10::TypeKind::IntType || element == c10::TypeKind::SymIntType) {
@@ -303,8 +305,12 @@ Arg kind_of(const c10::TypePtr& type) {
 OpInfo& op_info(const c10::OperatorHandle& op) {
   const c10::FunctionSchema* schema = &op.schema();
   auto found = ops.find(schema);
-  if (found != ops.end()) return *found->second;
+  if (found != ops.end()) {
+    if (*found->second->name == schema->operator_name()) return *found->second;
+    ops.erase(found);  // (its Python objects leak: rare)
+  }
   auto info = std::make_unique<OpInfo>();
+  info->name = schema->operator_name();
   py::handle func = torch::detail::getTorchApiFunction(op);
   info->func = func.ptr();
   Py_INCREF(info->func);
@@ -470,6 +476,14 @@ bool build_key(const OpInfo& info, const c10::IValue* args, size_t n, std::strin
         }
         break;
       }
+      case Arg::Str: {
+        if (!v.isString()) return false;
+        const std::string& text = v.toStringRef();
+        int64_t size = text.size();
+        put(key, 's', &size, sizeof size);
+        key.append(text);
+        break;
+      }
       default:
         return false;
     }
@@ -517,6 +531,10 @@ PyObject* node_arg(const OpInfo& info, size_t i, const c10::IValue& v) {
       if (list == nullptr) return nullptr;
       for (size_t k = 0; k < xs.size(); k++) PyList_SET_ITEM(list, k, PyLong_FromLongLong(xs[k]));
       return list;
+    }
+    case Arg::Str: {
+      const std::string& text = v.toStringRef();
+      return PyUnicode_FromStringAndSize(text.data(), static_cast<Py_ssize_t>(text.size()));
     }
     default: {
       if (v.isDouble()) return PyFloat_FromDouble(v.toDouble());
