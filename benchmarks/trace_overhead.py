@@ -184,7 +184,7 @@ def _floor_setup(setup):
 # ------------------------------------------------------------------ measuring
 
 def _next_seq() -> int:
-    return next(lazy_values._node_ids)
+    return next(lazy_values.node_ids)
 
 
 def _clock():
