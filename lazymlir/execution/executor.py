@@ -171,11 +171,43 @@ def _plan_key(current, key: str) -> str:
     return key
 
 
+# Where the graph cache keeps plans (a plan's shape follows LAZYMLIR_SEGMENT_NODES, which
+# may change at run time: `lazymlir.config.settings().segment_nodes`):
+# - a plan of the graph whole (compiled, split around ops that do not lower, a symbolic
+#   graph's) under the graph's key: it is the plan for every limit that does not cut the
+#   graph, so a change of limit compiles no graph it does not concern again;
+# - a big graph's segments under the key and the limit that cut them (`_segments_key`):
+#   each limit has its own cuts, and a segment (cached under its own key, whole) never
+#   finds a graph's split plan there.
+# A plan found under the graph's key whose graph the limit now cuts is not used.
+
+def _segments_key(key: str, limit: int) -> str:
+    return f"{key}-segments{limit}"
+
+
+def _whole(current, graph: dict) -> bool:
+    """Whether `graph` is compiled whole under the current LAZYMLIR_SEGMENT_NODES (the
+    rule `_split` applies; a graph with symbolic sizes is never cut)."""
+    limit = current.settings.segment_nodes
+    return not limit or len(graph["nodes"]) <= limit or bool(graph.get("symbols"))
+
+
+def _memory_key(current, key: str, graph: dict) -> str:
+    """The graph cache's key of `graph`'s plan (see above)."""
+    return key if _whole(current, graph) else \
+        _segments_key(key, current.settings.segment_nodes)
+
+
 def _cached_plan(current, key: str) -> tuple:
-    """(the session's graph cache, the plan it holds under `key` or None); a hit counts
-    as a CachedCompile."""
+    """(the session's graph cache, the plan it holds for the graph of `key` under the
+    current LAZYMLIR_SEGMENT_NODES, or None); a hit counts as a CachedCompile."""
     cache = _cache(current)
     plan = cache.get(key)
+    limit = current.settings.segment_nodes
+    # (`_whole` inlined: this is every sync point's and torch.compile call's lookup)
+    if limit and (plan is None or len(plan.graph["nodes"]) > limit
+                  and not plan.graph.get("symbols")):
+        plan = cache.get(_segments_key(key, limit))  # none, or made under another limit
     if plan is not None:
         current.metrics.inc("CachedCompile")
     return cache, plan
@@ -191,7 +223,7 @@ def _plan(current, target, graph, key: str):
         graph = graph()
     plan = _dynamic_plan(current, target, graph)
     if plan is not None:  # this graph's sizes, served by a graph with symbolic sizes
-        cache.put(key, plan)
+        cache.put(_memory_key(current, key, graph), plan)
         return plan
     compiles = current.metrics.counter("UncachedCompile")
     # A miss may fork a compile worker: not while a background run is in its code.
@@ -206,7 +238,7 @@ def _plan(current, target, graph, key: str):
     diagnostics.on_compile(current, graph, key, target.name, _sync_location,
                            from_disk=current.metrics.counter("UncachedCompile") == compiles,
                            note=note)
-    cache.put(key, plan)
+    cache.put(_memory_key(current, key, graph), plan)
     return plan
 
 
@@ -271,19 +303,22 @@ def _compile_ahead(graph: dict, key: str, background: bool, whole: bool = False)
     target = targets.active()
     with current.lock:
         key = _plan_key(current, key)
-        if key in current.compiles_ahead or key in _cache(current):
+        # (a segment is whole: its plan and its compile are under its own key)
+        ahead_key = key if whole else _memory_key(current, key, graph)
+        if ahead_key in current.compiles_ahead or ahead_key in _cache(current):
             return
-        split = None if whole else _split(current, graph)
+        split = None if ahead_key == key else _split(current, graph)
         if split is not None:
-            # The segments' compiles start now; the graph's own entry is the split
-            # (made once) and a future done when they all are (compile_pending).
+            # The segments' compiles start now; the graph's own entry, under the key of
+            # its plan (this limit's cuts), is the split (made once) and a future done
+            # when they all are (compile_pending).
             futures = []
             for sub, sub_key in zip(split.segments(), split.keys):
                 _compile_ahead(sub, sub_key, background, whole=True)
                 ahead = current.compiles_ahead.get(_plan_key(current, sub_key))
                 if ahead is not None:
                     futures.append(ahead[1])
-            current.compiles_ahead[key] = (split, _worker(current, background).submit(
+            current.compiles_ahead[ahead_key] = (split, _worker(current, background).submit(
                 _all_done, futures))
             return
         checked = _instrumented(current, graph)
@@ -307,7 +342,10 @@ def _all_done(futures: list) -> None:
 def compile_pending(key: str) -> bool:
     """Whether the compile of `key` started ahead (compile_ahead) is still running."""
     current = session.current()
-    ahead = current.compiles_ahead.get(_plan_key(current, key))
+    key = _plan_key(current, key)
+    ahead = current.compiles_ahead.get(key)
+    if ahead is None and current.settings.segment_nodes:  # a big graph's segments
+        ahead = current.compiles_ahead.get(_segments_key(key, current.settings.segment_nodes))
     return ahead is not None and not ahead[1].done()
 
 
@@ -334,10 +372,9 @@ def _split(current, graph: dict) -> partition.Partitioned | None:
     """A graph of more than LAZYMLIR_SEGMENT_NODES nodes, cut into segments (their
     structural hashes in `.keys`); None for a smaller one, or one with symbolic sizes
     (its sizes are read from its inputs by position: lowering/front/symbolic.py)."""
-    limit = current.settings.segment_nodes
-    if not limit or len(graph["nodes"]) <= limit or graph.get("symbols"):
+    if _whole(current, graph):
         return None
-    cuts = partition.cut_points(graph, limit)
+    cuts = partition.cut_points(graph, current.settings.segment_nodes)
     if not cuts:
         return None
     split = partition.Partitioned(graph, {}, execute, cuts)
@@ -351,13 +388,18 @@ def _segmented(current, target, graph: dict, key: str) -> partition.Partitioned 
     workers (compile_ahead: as many at a time as LAZYMLIR_COMPILE_WORKERS), then each
     segment's plan is taken in order (a compile error of one is raised, or that segment
     falls back, as for any graph)."""
-    ahead = current.compiles_ahead.get(key)
-    if ahead is None:
+    if _whole(current, graph):
+        return None
+    ahead = current.compiles_ahead.pop(
+        _segments_key(key, current.settings.segment_nodes), None)
+    if ahead is not None:  # split by compile_ahead, under this limit
+        split = ahead[0]
+    elif key in current.compiles_ahead:
+        # Compiled ahead whole, under a limit that did not cut the graph: that compile,
+        # under way or done, is taken rather than wasted.
+        return None
+    else:
         split = _split(current, graph)
-    elif isinstance(ahead[0], partition.Partitioned):  # split by compile_ahead
-        split = current.compiles_ahead.pop(key)[0]
-    else:  # compiled ahead whole (a graph of a segment's size): that compile is taken
-        split = None
     if split is None:
         return None
     segments = split.segments()
@@ -370,10 +412,13 @@ def _segmented(current, target, graph: dict, key: str) -> partition.Partitioned 
 
 def _segment_plan(current, target, graph: dict, key: str):
     """A segment's plan, from the graph cache or made now (not a compile of its own for
-    diagnostics.py: the big graph's compile is)."""
+    diagnostics.py: the big graph's compile is). A segment is compiled whole whatever
+    its size: its plan is the one under its own key, never a split plan."""
     key = _plan_key(current, key)
-    cache, plan = _cached_plan(current, key)
+    cache = _cache(current)
+    plan = cache.get(key)
     if plan is not None:
+        current.metrics.inc("CachedCompile")
         return plan
     plan = _make_plan(current, target, graph, key, whole=True)
     cache.put(key, plan)

@@ -7,7 +7,8 @@ O(bags x indices x width)); the weight gradient adds each index's
 share of its bag's gradient into its row with an accumulating `index_put` (a
 scatter-add: two bags, or two places of one bag, that name the same row both add to
 it; the gpu stage turns it into atomic adds). The weight gradient costs O(indices x
-width) plus, where the forward left no `offset2bag`, an O(indices x bags) comparison.
+width) plus, where the forward left no `offset2bag`, an O(indices x bags) comparison,
+and with scale_grad_by_freq O(indices + rows) for eager's divisors.
 """
 
 from __future__ import annotations
@@ -122,17 +123,39 @@ def embedding_bag_backward(grad, indices, offsets, offset2bag, bag_size, maximum
                                         per_sample_weights, padding_idx)
 
 
+def _eager_frequency(indices, num_weights: int):
+    """Per index, what eager's CPU kernel divides its gradient by under scale_grad_by_freq
+    (sum and mean; >= 1): not its own count, but the count of the k-th smallest index
+    (with repeats, padding included), k the rank of its row among the distinct indices.
+    The kernel sorts the indices, then for the k-th distinct row reads `counts[sorted[k]]`
+    where the row's own count, `counts[sorted[first place of the row]]`, was likely meant
+    (`F.embedding` divides by the row's own count); eager CPU is the reference.
+
+    Without a sort (the loops stage sorts in O(n^2)): from the count of each row, three
+    running sums and two accumulating index_puts, O(indices + rows). `sorted[p]`, the
+    p-th smallest index, is the number of rows r with #(indices <= r) <= p."""
+    count = indices.shape[0]
+    flat = indices.to(torch.int64)
+    # Ones computed from the data, not `ones_like`: a constant is a memref global, and
+    # the cuda target's gpu stage refuses one that a serial scatter loop (these, on
+    # int64) leaves read in the host function.
+    ones = (flat >= 0).to(torch.int64)
+    counts = aten.index_put.default(flat.new_zeros(num_weights), [flat], ones, True)  # [R]
+    at_most = torch.cumsum(counts, 0)                          # [R]: indices <= r, in [0, I]
+    histogram = aten.index_put.default(flat.new_zeros(count + 1), [at_most],
+                                       (at_most >= 0).to(torch.int64), True)      # [I + 1]
+    ordered = torch.cumsum(histogram, 0).narrow(0, 0, count)   # [I]: the indices, sorted
+    rank = torch.cumsum((counts > 0).to(torch.int64), 0) - 1   # [R]: >= 0 where present
+    return counts[ordered[rank[flat]]]                         # [I]
+
+
 def embedding_bag_dense_backward(grad, indices, offset2bag, bag_size, maximum_indices,
                                  num_weights, scale_grad_by_freq, mode,
                                  per_sample_weights=None, padding_idx=-1):
     """Sum and mean: row indices[i] gets grad[bag of i] (times i's sample weight, or over
-    its bag's size), summed over every i that names it, except padding. Max: each
-    element of a non-empty bag's gradient goes to the row its max came from.
-
-    scale_grad_by_freq with sum or mean is left to eager (NotImplemented): eager's CPU
-    kernel divides the k-th distinct index's gradient by the count of the k-th smallest
-    index (not its own count), which only a sort would reproduce. (Eager's max mode
-    ignores the flag.)"""
+    its bag's size; with scale_grad_by_freq, over `_eager_frequency`), summed over every
+    i that names it, except padding. Max: each element of a non-empty bag's gradient
+    goes to the row its max came from (eager's max mode ignores scale_grad_by_freq)."""
     bags, width = grad.shape
     zeros = grad.new_zeros(num_weights, width)
     if mode == 2:
@@ -144,8 +167,6 @@ def embedding_bag_dense_backward(grad, indices, offset2bag, bag_size, maximum_in
         flat = aten.index_put.default(zeros.reshape(-1), [at.reshape(-1)], values.reshape(-1),
                                       True)
         return flat.reshape(num_weights, width)
-    if scale_grad_by_freq:
-        return NotImplemented
     bag = offset2bag.to(torch.int64)
     keep = (bag >= 0) & (bag < bags)
     if padding_idx is not None and padding_idx >= 0:
@@ -154,6 +175,8 @@ def embedding_bag_dense_backward(grad, indices, offset2bag, bag_size, maximum_in
     rows = grad[bag]                                                            # [I, D]
     if per_sample_weights is not None:
         rows = rows * per_sample_weights.to(grad.dtype).unsqueeze(1)
+    if scale_grad_by_freq:
+        rows = rows / _eager_frequency(indices, num_weights).to(grad.dtype).unsqueeze(1)
     if mode == 1:
         rows = rows / bag_size[bag].to(grad.dtype).unsqueeze(1)  # >= 1 where kept
     rows = torch.where(keep.unsqueeze(1), rows, 0)

@@ -125,3 +125,27 @@ def test_embedding_bags():
                                 include_last_offset=True),
                 F.embedding_bag(i, weight, o, mode="sum"))
     check_both_entry_points(fn, _inputs((10, 3), (10,)))
+
+
+def test_embedding_bags_scaled_by_frequency():
+    # scale_grad_by_freq: eager's CPU kernel divides a row's gradient by the count of
+    # another index (lowering/front/embedding_bag.py's _eager_frequency); these indices
+    # repeat unevenly (row 4 three times, 9 once), so that divisor differs from the
+    # row's own count. Empty bags, padding, sample weights, a last offset, a 2-d input
+    # (F.embedding_bag refuses the flag in max mode).
+    indices, offsets = torch.tensor([4, 0, 9, 1, 4, 0, 1, 4, 7, 2]), torch.tensor([0, 3, 3, 6])
+
+    def fn(weight, sample_weights):
+        i, o = indices.to(weight.device), offsets.to(weight.device)
+        return (F.embedding_bag(i, weight, o, mode="sum", scale_grad_by_freq=True),
+                F.embedding_bag(i, weight, o, mode="mean", scale_grad_by_freq=True),
+                F.embedding_bag(i, weight, o, mode="sum", scale_grad_by_freq=True,
+                                per_sample_weights=sample_weights),
+                F.embedding_bag(i, weight, o, mode="mean", scale_grad_by_freq=True,
+                                padding_idx=4),
+                F.embedding_bag(i, weight, o, mode="sum", scale_grad_by_freq=True,
+                                padding_idx=0, per_sample_weights=sample_weights),
+                F.embedding_bag(i, weight, torch.tensor([0, 2, 2, 10], device=i.device),
+                                mode="mean", scale_grad_by_freq=True, include_last_offset=True),
+                F.embedding_bag(i.reshape(2, 5), weight, mode="sum", scale_grad_by_freq=True))
+    check_both_entry_points(fn, _inputs((10, 3), (10,)))

@@ -259,3 +259,82 @@ def test_segments_give_the_whole_graphs_values_bit_for_bit():
         assert compiles == 1 if limit == 0 else compiles >= 3, (limit, compiles)
     session.reset()
     assert all(torch.equal(whole, split) for whole, split in zip(*results))
+
+
+def test_a_changed_segment_limit_applies_to_graphs_already_compiled(
+        small_segments, launched_plans):
+    """LAZYMLIR_SEGMENT_NODES changed at run time (a field of lazymlir.config.settings())
+    applies to the next run of a graph already compiled, as it does to a new graph: a
+    split plan is kept per limit, a plan compiled whole is kept while the limit does not
+    cut its graph, and a graph the change does not concern compiles nothing again."""
+    settings = lazymlir.config.settings()
+    w, b, x = _inputs()
+    w, b, x = w[:4], b, x[:, :4]  # shapes of their own: no graph of another test
+    expected = _step(w, b, x, 0.1)
+
+    def run() -> tuple:
+        actual = _step(w.to(DEVICE), b.to(DEVICE), x.to(DEVICE), 0.1)
+        lazymlir.mark_step()
+        assert_same([a.cpu() for a in actual], expected)
+        return launched_plans[-1], metrics.counter("UncachedCompile")
+
+    split, compiles = run()
+    assert isinstance(split, partition.Partitioned) and len(split.plans) >= 3
+    settings.segment_nodes = 0  # never split: the graph compiles whole
+    whole, now = run()
+    assert type(whole) is executor.Compiled and now == compiles + 1
+    settings.segment_nodes = SEGMENT_NODES  # the split plan again, from memory
+    again, now = run()
+    assert again is split and now == compiles + 1
+    settings.segment_nodes = 2 * SEGMENT_NODES  # other cuts: fewer, bigger segments
+    bigger, now = run()
+    assert isinstance(bigger, partition.Partitioned) and len(bigger.plans) < len(split.plans)
+    assert now > compiles + 1
+    # A graph smaller than every limit used keeps its compile across limits.
+    small = (x.to(DEVICE) * 3).sin()
+    lazymlir.mark_step()
+    compiled = metrics.counter("UncachedCompile")
+    for limit in (0, SEGMENT_NODES, 1000):
+        settings.segment_nodes = limit
+        small = (x.to(DEVICE) * 3).sin()
+        lazymlir.mark_step()
+        assert_same(small.cpu(), (x * 3).sin())
+    assert metrics.counter("UncachedCompile") == compiled
+    assert_no_fallback()
+
+
+def _evaluate(graph: dict, inputs: list) -> list:
+    """An fx-stage graph of ATen ops on tensors, run op by op with eager PyTorch."""
+    values = {("input", i, 0): x for i, x in enumerate(inputs)}
+
+    def read(value):
+        return values[tuple(value["ref"])] if isinstance(value, dict) else value
+    for index, node in enumerate(graph["nodes"]):
+        op = fx_graph.resolve_op(node["op"])
+        values[("node", index, 0)] = op(*map(read, node["args"]))
+    return [read(o) for o in graph["outputs"]]
+
+
+def test_a_segment_never_runs_a_plan_split_for_another_graph(small_segments):
+    """A segment's plan is its graph compiled whole, even where a graph equal to it ran
+    on its own before and was split (a graph a little over the limit, or run under a
+    smaller one): the big graph's plan stays compiled code only, which runs in the
+    background, rather than a split plan inside a split plan."""
+    settings = lazymlir.config.settings()
+    big = _blocks(12)  # periodic: its two segments of 60 nodes are equal graphs
+    settings.segment_nodes = 60
+    segment = executor._split(session.current(), big).segments()[1]
+    settings.segment_nodes = 20
+    alone, _ = executor.prepare(segment)
+    assert isinstance(alone, partition.Partitioned) and len(alone.plans) == 3
+    settings.segment_nodes = 60
+    plan, _ = executor.prepare(big)
+    assert [type(p) for p in plan.plans] == [executor.Compiled] * 2
+    assert executor.in_background(plan) == lazymlir.targets.active().runs_in_background
+    target = lazymlir.targets.active()
+    torch.manual_seed(0)
+    inputs = [torch.randn(3), torch.randn(3)]
+    (result,) = executor.run(plan, [target.upload(t) for t in inputs], [])
+    assert_same(target.download(result, torch.empty(3, device="meta")),
+                _evaluate(big, inputs)[0])
+    assert_no_fallback()

@@ -32,7 +32,7 @@ def test_weight_gradient_matches_eager(dtype, mode, padding_idx, include_last_of
         ours = decomposed.embedding_bag(weight, INDICES, offsets, *args)
         torch.testing.assert_close(ours[0], eager[0])
         grad = torch.randn(eager[0].shape, dtype=dtype, generator=g)
-        for scale in ([False, True] if mode == 2 else [False]):  # max ignores the flag
+        for scale in (False, True):  # scale_grad_by_freq (max ignores it)
             expected = aten._embedding_bag_backward(grad, INDICES, offsets, *eager[1:], ROWS,
                                                     scale, mode, False, sample_weights,
                                                     padding_idx)
@@ -43,10 +43,23 @@ def test_weight_gradient_matches_eager(dtype, mode, padding_idx, include_last_of
                 torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
 
 
-def test_frequency_scaling_of_sums_is_left_to_eager():
-    # Eager's CPU kernel divides by another index's count there (embedding_bag.py).
-    offsets = torch.tensor([0, 3, 3, 7])
-    eager = aten._embedding_bag(torch.randn(ROWS, WIDTH), INDICES, offsets, True, 0)
-    out = decomposed.embedding_bag_backward(torch.ones(4, WIDTH), INDICES, offsets, *eager[1:],
-                                            ROWS, True, 0, False, None, -1)
-    assert out is NotImplemented
+@pytest.mark.parametrize("mode", [0, 1])
+def test_frequency_scaling_divides_as_eagers_cpu_kernel(mode):
+    """Eager's CPU kernel divides the k-th distinct row's gradient by the count of the
+    k-th smallest index, not by the row's own count (embedding_bag._eager_frequency).
+    Sorted, the indices are [0, 0, 1, 1, 4, 4, 4, 9]: rows 0, 1, 4, 9 are divided by the
+    counts of 0, 0, 1, 1, i.e. 2, 2, 2, 2, where their own counts are 2, 2, 3, 1."""
+    indices = torch.tensor([4, 0, 9, 1, 4, 0, 1, 4])
+    offsets = torch.tensor([0, 3, 3, 6])
+    weight = torch.randn(10, 2, dtype=torch.float64)
+    eager = aten._embedding_bag(weight, indices, offsets, True, mode)
+    grad = torch.ones(4, 2, dtype=torch.float64)
+    expected = aten._embedding_bag_backward(grad, indices, offsets, *eager[1:], 10, True,
+                                            mode, False, None, -1)
+    got = decomposed.embedding_bag_backward(grad, indices, offsets, *eager[1:], 10, True,
+                                            mode, False, None, -1)
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
+    unscaled = aten._embedding_bag_backward(grad, indices, offsets, *eager[1:], 10, False,
+                                            mode, False, None, -1)
+    own = torch.bincount(indices, minlength=10).clamp(min=1).to(torch.float64)
+    assert not torch.allclose(expected, unscaled / own.unsqueeze(1))  # the quirk is real
