@@ -7,9 +7,11 @@ Per op (`torch.add` of two 8x8 tensors, chains of 1000, medians of 7 alternated
 rounds): eager CPU; the lazy device (FunctionalTensorWrapper over the tracer's
 LazyTensor), without and with autograd; the inner LazyTensor alone through PyTorch's
 dispatcher (no functionalization, no autograd: PyTorch's C++ -> Python dispatch
-entry, then the tracer); the tracer's entry called from Python (no dispatcher); the
-op's recorder alone; `_make_wrapper_subclass` alone. Differences between rows
-attribute the cost to a layer.
+entry, then the tracer); the Python tracer's entry called from Python (no dispatcher); the
+op's Python recorder alone; an inner tensor made from Python (`LazyTensor(value)`)
+alone. Differences between rows attribute the cost to a layer. Since 2026-11-28 the
+dispatcher's entry is C++ (tracing/native_entry.cpp), which records `add` itself: the
+Python rows are what an op the C++ entry hands to Python costs.
 
 Per step: the small GPT's training step (benchmarks.run's "gpt": AdamW) split into
 zero_grad, forward, backward (the autograd engine's device thread included) and the
@@ -31,7 +33,7 @@ N = 1000
 def per_op() -> list[tuple[str, float]]:
     import lazymlir
     from lazymlir.tracing import recording, tracer
-    from lazymlir.tracing.values import TORCH_DEVICE, LazyTensor
+    from lazymlir.tracing.values import LazyTensor, value_of
 
     add = torch.ops.aten.add.Tensor
     xc, yc = torch.randn(8, 8), torch.randn(8, 8)
@@ -40,7 +42,7 @@ def per_op() -> list[tuple[str, float]]:
     xlg = xc.to("lazy_mlir").requires_grad_()
     inner, inner_y = torch._from_functional_tensor(xl), torch._from_functional_tensor(yl)
     record = recording.recorder_of(add) or recording.make_recorder(add)
-    wrapper = torch.Tensor._make_wrapper_subclass
+    value = value_of(inner)
 
     def chain(x, y):
         for _ in range(N):
@@ -61,7 +63,7 @@ def per_op() -> list[tuple[str, float]]:
 
     def wrappers(x):
         for _ in range(N):
-            wrapper(LazyTensor, (8, 8), dtype=torch.float32, device=TORCH_DEVICE)
+            LazyTensor(value)
 
     rows = {"eager CPU dispatch": (chain, xc, yc),
             "eager, x requires grad": (chain, xg, yc),
@@ -70,7 +72,7 @@ def per_op() -> list[tuple[str, float]]:
             "inner LazyTensor through the dispatcher (no functionalization)": (inner_chain, inner),
             "tracer entry called from Python (no dispatcher)": (entry, inner),
             "the op's recorder alone": (recorder, inner),
-            "_make_wrapper_subclass alone": (wrappers, inner)}
+            "an inner tensor made from Python alone": (wrappers, inner)}
     times: dict[str, list[float]] = {name: [] for name in rows}
     for _ in range(9):
         for name, (fn, *args) in rows.items():

@@ -35,7 +35,10 @@
 #include <torch/csrc/utils/tensor_memoryformats.h>
 #include <torch/library.h>
 
+#include <atomic>
 #include <chrono>
+#include <mutex>
+#include <optional>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -239,6 +242,8 @@ PyObject* wrap(const at::Tensor& t) {
   }
   return object;
 }
+
+void entry(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
 // ------------------------------------------------------------ per op
 
@@ -825,6 +830,66 @@ void call_python(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack*
 
 // ------------------------------------------------------------ the kernel
 
+std::vector<std::unique_ptr<torch::Library>> libraries;
+std::unordered_map<std::string, torch::Library*> library_of_namespace;
+
+// Registers `entry` as op `name`'s PrivateUse1 kernel where it has none of its own and
+// is not composite-implicit (those decompose above the backend; a kernel here would
+// also take their autograd away: the math kernel serves the Autograd key only where
+// the backend has none). Whether it registered.
+bool register_op(const c10::OperatorName& name) {
+  auto handle = c10::Dispatcher::singleton().findOp(name);
+  if (!handle || handle->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1) ||
+      handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) {
+    return false;
+  }
+  auto separator = name.name.find("::");
+  if (separator == std::string::npos) return false;
+  std::string ns = name.name.substr(0, separator);
+  auto found = library_of_namespace.find(ns);
+  torch::Library* library;
+  if (found == library_of_namespace.end()) {
+    libraries.push_back(std::make_unique<torch::Library>(
+        torch::Library::IMPL, ns, c10::DispatchKey::PrivateUse1, __FILE__, __LINE__));
+    library = libraries.back().get();
+    library_of_namespace.emplace(ns, library);
+  } else {
+    library = found->second;
+  }
+  std::string op_name = name.name.substr(separator + 2);
+  if (!name.overload_name.empty()) op_name += "." + name.overload_name;
+  library->impl(op_name.c_str(), torch::CppFunction::makeFromBoxedFunction<&entry>());
+  return true;
+}
+
+// Ops registered after register_kernels (a custom op, an extension loaded later) are
+// noted by a dispatcher listener, which runs under the dispatcher's lock (so cannot
+// register a kernel itself), and get the kernel at the next call of `entry`: by then a
+// custom op's own kernels are registered too, so a composite-implicit one is left alone.
+std::mutex pending_mutex;
+std::vector<c10::OperatorName> pending;
+std::atomic<bool> has_pending{false};
+
+struct NewOps final : public c10::OpRegistrationListener {
+  void onOperatorRegistered(const c10::OperatorHandle& op) override {
+    std::lock_guard<std::mutex> lock(pending_mutex);
+    pending.push_back(op.operator_name());
+    has_pending = true;
+  }
+  void onOperatorDeregistered(const c10::OperatorHandle&) override {}
+};
+std::optional<c10::RegistrationHandleRAII> listening;
+
+void register_pending() {
+  std::vector<c10::OperatorName> names;
+  {
+    std::lock_guard<std::mutex> lock(pending_mutex);
+    names.swap(pending);
+    has_pending = false;
+  }
+  for (const auto& name : names) register_op(name);
+}
+
 bool any_lazy(const c10::IValue& v) {
   if (v.isTensor()) return lazy_impl(v.toTensor()) != nullptr;
   if (v.isTensorList()) {
@@ -860,6 +925,7 @@ void call_default(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
 void entry(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   TORCH_CHECK(configured, "lazy_mlir: the tracer is not set up (import lazymlir first)");
+  if (has_pending) register_pending();
   {
     size_t n = op.schema().arguments().size();
     const c10::IValue* args = stack->data() + stack->size() - n;
@@ -885,7 +951,6 @@ void entry(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   call_python(op, info, stack);
 }
 
-std::vector<std::unique_ptr<torch::Library>> libraries;
 
 // ------------------------------------------------------------ the module
 
@@ -936,36 +1001,10 @@ PyObject* configure(PyObject*, PyObject* args) {
 // backend fallback; returns how many kernels it registered.
 PyObject* register_kernels(PyObject*, PyObject*) {
   HANDLE_TH_ERRORS
+  if (!libraries.empty()) return PyLong_FromLong(0);  // (once per process)
   auto& dispatcher = c10::Dispatcher::singleton();
-  std::unordered_map<std::string, torch::Library*> by_namespace;
   long count = 0;
-  for (const auto& name : dispatcher.getAllOpNames()) {
-    auto handle = dispatcher.findOp(name);
-    // Ops with a kernel of ours already (the factories), and composite-implicit ops:
-    // those decompose above the backend (a kernel here would also take their autograd
-    // away: the math kernel serves the Autograd key only where the backend has none).
-    if (!handle || handle->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1) ||
-        handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) {
-      continue;
-    }
-    auto separator = name.name.find("::");
-    if (separator == std::string::npos) continue;
-    std::string ns = name.name.substr(0, separator);
-    auto found = by_namespace.find(ns);
-    torch::Library* library;
-    if (found == by_namespace.end()) {
-      libraries.push_back(std::make_unique<torch::Library>(
-          torch::Library::IMPL, ns, c10::DispatchKey::PrivateUse1, __FILE__, __LINE__));
-      library = libraries.back().get();
-      by_namespace.emplace(ns, library);
-    } else {
-      library = found->second;
-    }
-    std::string op_name = name.name.substr(separator + 2);
-    if (!name.overload_name.empty()) op_name += "." + name.overload_name;
-    library->impl(op_name.c_str(), torch::CppFunction::makeFromBoxedFunction<&entry>());
-    count++;
-  }
+  for (const auto& name : dispatcher.getAllOpNames()) count += register_op(name);
   if (!dispatcher.findOp(c10::OperatorName("aten::add", "Tensor"))
            ->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) {
     PyErr_SetString(PyExc_RuntimeError, "lazymlir native entry: registration failed");
@@ -974,6 +1013,13 @@ PyObject* register_kernels(PyObject*, PyObject*) {
   libraries.push_back(std::make_unique<torch::Library>(
       torch::Library::IMPL, "_", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__));
   libraries.back()->fallback(torch::CppFunction::makeFromBoxedFunction<&entry>());
+  // (adding a listener calls it for every op there is: those are done)
+  listening.emplace(dispatcher.addRegistrationListener(std::make_unique<NewOps>()));
+  {
+    std::lock_guard<std::mutex> lock(pending_mutex);
+    pending.clear();
+    has_pending = false;
+  }
   return PyLong_FromLong(count);
   END_HANDLE_TH_ERRORS
 }
