@@ -1013,6 +1013,12 @@ PyObject* register_kernels(PyObject*, PyObject*) {
   libraries.push_back(std::make_unique<torch::Library>(
       torch::Library::IMPL, "_", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__));
   libraries.back()->fallback(torch::CppFunction::makeFromBoxedFunction<&entry>());
+  // Sparse layouts on the device (`sparse.to("lazy_mlir")` makes a COO tensor of lazy
+  // indices and values): the Python tracer refuses them by name, as it refuses
+  // other layouts, instead of the dispatcher's "Could not run ... 'Sparselazy_mlir'".
+  libraries.push_back(std::make_unique<torch::Library>(
+      torch::Library::IMPL, "_", c10::DispatchKey::SparsePrivateUse1, __FILE__, __LINE__));
+  libraries.back()->fallback(torch::CppFunction::makeFromBoxedFunction<&entry>());
   // (adding a listener calls it for every op there is: those are done)
   listening.emplace(dispatcher.addRegistrationListener(std::make_unique<NewOps>()));
   {

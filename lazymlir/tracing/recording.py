@@ -59,7 +59,7 @@ def record(func, args, kwargs):
 
 
 KWARGS_SEPARATOR = object()  # separates positional from keyword arguments in a shape-cache key
-_NO_KWARGS = MappingProxyType({})  # shared by nodes without kwargs: one object less per op
+NO_KWARGS = MappingProxyType({})  # shared by nodes without kwargs: one object less per op
 _HOST = object()    # marks a host (CPU) tensor argument in a shape-cache key
 
 
@@ -117,7 +117,7 @@ def make_recorder(func):
         if kind is not None:
             return record_general(func, args, kwargs)
         meta, sig, shape, dtype = outputs[0]
-        return _make(LazyValue(meta, Node(op, node_args, _NO_KWARGS, metas, token), 0, None, sig))
+        return _make(LazyValue(meta, Node(op, node_args, NO_KWARGS, metas, token), 0, None, sig))
 
     def record_general(func, args, kwargs):
         key = []

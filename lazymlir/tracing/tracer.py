@@ -127,7 +127,7 @@ def install_kernels() -> int:
 
 
 native.load().configure(LazyTensor, LazyValue, Node, node_ids, native_entry, native_op,
-                        recording.native_shape_entry, vars(session), recording._NO_KWARGS)
+                        recording.native_shape_entry, vars(session), recording.NO_KWARGS)
 # Functionalization's meta check of in-place _foreach_ ops, in microseconds
 # (foreach_meta.py).
 foreach_meta.install()

@@ -101,7 +101,7 @@ def test_error_in_a_builtin_backward_op_surfaces_on_read(monkeypatch):
     """Autograd runs backward on its own thread, where an exception from
     __torch_dispatch__ is lost (SystemError / abort); the tracer turns it into
     failed gradients instead, and reading one raises the original error."""
-    from lazymlir.tracing import tracer
+    from lazymlir.tracing import native, tracer
 
     mul = torch.ops.aten.mul.Tensor
     (torch.ones(2).to(DEVICE) * torch.ones(2).to(DEVICE)).cpu()  # mul gets its recorder
@@ -115,7 +115,9 @@ def test_error_in_a_builtin_backward_op_surfaces_on_read(monkeypatch):
     monkeypatch.setitem(tracer._LEAVES, id(mul), injected)
     x = torch.randn(3).to(DEVICE).requires_grad_()
     y = torch.randn(3).to(DEVICE)
-    (x * y).sum().backward()  # completes: the failure travels with the gradient
+    # (the C++ entry would record mul itself: here it goes to the Python recorder)
+    with native.python_recording():
+        (x * y).sum().backward()  # completes: the failure travels with the gradient
     monkeypatch.setitem(tracer._LEAVES, id(mul), real)
     with pytest.raises(lazymlir.CompileError, match="injected failure in MulBackward0"):
         x.grad.cpu()
