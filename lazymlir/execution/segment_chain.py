@@ -11,9 +11,11 @@ thread then runs the calls in order without Python.
 
 Memory: the plan run segment by segment drops a value that crosses cuts after the
 last segment reading it. The calls here are all prepared before any runs, so a
-dropped value's buffer instead becomes free for a later segment's output of the same
-shape, strides and dtype (a training step's gradients reuse its activations' buffers):
-the chain holds about what the plan run segment by segment holds.
+dropped value's memory instead becomes free for a later segment's outputs
+(`FreeMemory`: an output takes the smallest free block that holds it, if at most
+twice its size). The chain still holds somewhat more at once than the plan run
+segment by segment, where blocks do not fit (benchmarks/results/2026-11-28/
+segments-native-thread.md measures it).
 
 Checks: after the chain, each segment's check (a failed run-time check in its code, or
 its check flag) is read. If one failed, the later segments ran on that segment's
@@ -28,8 +30,12 @@ each started on the native thread and waited for here (partition.Partitioned.run
 
 from __future__ import annotations
 
+import bisect
+import math
 import time
 import types
+
+import torch
 
 from . import partition, run_observers
 from .compiled_plan import Compiled, EagerReference
@@ -66,10 +72,10 @@ class Chain:
             return
         if split.frames is None:
             split.frames = [types.SimpleNamespace(frame=None) for _ in split.plans]
-        # Buffers of dropped values, free for later outputs; not where a segment writes
+        # Memory of dropped values, free for later outputs; not where a segment writes
         # an input in place (its output is that input's buffer, which a later value may
         # still name). Segments hold no in-place pairs today (partition.subgraph).
-        pool = None if any(p.executable.in_place for p in split.plans) else {}
+        pool = None if any(p.executable.in_place for p in split.plans) else FreeMemory()
         env: dict[tuple, object] = {("input", i, 0): data for i, data in enumerate(inputs)}
         env.update({("scalar", i, 0): value for i, value in enumerate(scalars)})
         for plan, frames, step, drops in zip(split.plans, split.frames, split.steps,
@@ -83,8 +89,7 @@ class Chain:
             for ref in drops:
                 buffer = env.pop(ref)
                 if pool is not None:
-                    pool.setdefault((tuple(buffer.shape), buffer.stride(), buffer.dtype),
-                                    []).append(buffer)
+                    pool.give(buffer)
         self.outputs = [env[tuple(o["ref"])] for o in split.graph["outputs"]]
         self.started = target.start_calls([call for _, call in self.calls])
 
@@ -105,3 +110,34 @@ class Chain:
     def seconds(self) -> float:
         """How long the segments' code ran (with an observer: the whole run's time)."""
         return self.started.seconds() if self.started is not None else self.took
+
+
+class FreeMemory:
+    """The storages of values no later call of a chain reads, for the outputs of later
+    calls (the calls run in order, so a storage's last reader has run before a later
+    call writes it): each output takes the smallest free storage that holds it, if at
+    most twice its size (an output may live long after the chain: a graph output)."""
+
+    __slots__ = ("sizes", "storages")
+
+    def __init__(self):
+        self.sizes: list[int] = []  # ascending, with `storages`
+        self.storages: list = []
+
+    def give(self, tensor: torch.Tensor) -> None:
+        """`tensor`'s storage is free (no later call reads `tensor`)."""
+        storage = tensor.untyped_storage()
+        at = bisect.bisect_left(self.sizes, storage.nbytes())
+        self.sizes.insert(at, storage.nbytes())
+        self.storages.insert(at, storage)
+
+    def take(self, shape, strides, dtype: torch.dtype) -> torch.Tensor | None:
+        """A tensor of `shape`, `strides` (contiguous) and `dtype` on a free storage, or
+        None if none fits."""
+        needed = math.prod(shape) * dtype.itemsize
+        at = bisect.bisect_left(self.sizes, needed)
+        if not needed or at == len(self.sizes) or self.sizes[at] > 2 * needed:
+            return None
+        del self.sizes[at]
+        storage = self.storages.pop(at)
+        return torch.empty((), dtype=dtype).set_(storage, 0, shape, strides)

@@ -241,8 +241,9 @@ class CpuExecutable(Executable):
         """A call made ready for the background thread (`start_calls`): inputs made dense,
         outputs allocated, the argument frame filled. `frames`: where its frame is kept
         for the next call (one per place in a chain: a graph may come twice in one; the
-        executable's own by default). `pool`: buffers free for the outputs, by (shape,
-        strides, dtype), which a chain's later calls take instead of fresh ones."""
+        executable's own by default). `pool`: memory free for the outputs, whose
+        `take(shape, strides, dtype)` gives a tensor to write or None (then a fresh one
+        is allocated): a chain's later calls reuse what earlier values no longer need."""
         if frames is None:
             frames = self._background_frame
         dense, outputs, frame = self._prepare(inputs, scalars, frames, pool)
@@ -251,15 +252,18 @@ class CpuExecutable(Executable):
     def _prepare(self, inputs: list[torch.Tensor], scalars, frames, pool=None) -> tuple:
         """(inputs made dense, fresh outputs, the argument frame: descriptors, their
         pointer array, the scalars' array), the frame reused from `frames.frame`; outputs
-        taken from `pool` where it holds a buffer of their kind (`prepare`)."""
+        taken from `pool` where it has memory for them (`prepare`)."""
         empty = _empty_strided
         dense = [t if t.is_contiguous() else t.contiguous() for t in inputs]  # kept alive
         allocations = self._allocations if self._sizes is None else \
             self._sizes.allocations(dense, self._in_place_outputs)
-        if pool:
-            outputs = [pool[a].pop() if pool.get(a) else empty(*a) for a in allocations]
-        else:
+        if pool is None:
             outputs = [empty(shape, strides, dtype) for shape, strides, dtype in allocations]
+        else:
+            outputs = []
+            for shape, strides, dtype in allocations:
+                taken = pool.take(shape, strides, dtype)
+                outputs.append(empty(shape, strides, dtype) if taken is None else taken)
         written = self._written
         count = len(dense) + len(scalars) + len(outputs)
         # (symbolic sizes: the descriptors' sizes are read, so they are made per call)

@@ -179,3 +179,20 @@ def test_an_observer_sees_the_graph_and_each_segment_with_its_inputs(small_segme
     assert len(seen) == count
     with pytest.raises(ValueError):
         run_observers.unregister(observer)
+
+
+def test_free_memory_gives_the_smallest_storage_that_fits_at_most_twice_over():
+    from lazymlir.execution.segment_chain import FreeMemory
+
+    free = FreeMemory()
+    small, big = torch.zeros(100), torch.zeros(1000)  # 400 and 4000 bytes
+    free.give(big)
+    free.give(small)
+    assert free.take((10, 20), (20, 1), torch.int64) is None  # 1600 bytes: 4000 is > 2x
+    taken = free.take((5, 10), (10, 1), torch.float64)  # 400 bytes: the small one
+    assert taken.data_ptr() == small.data_ptr() and taken.shape == (5, 10)
+    assert taken.dtype == torch.float64 and taken.is_contiguous()
+    assert free.take((5, 10), (10, 1), torch.float64) is None  # taken already
+    taken = free.take((30, 20), (20, 1), torch.int32)  # 2400 bytes: the big one
+    assert taken.data_ptr() == big.data_ptr()
+    assert free.take((0,), (1,), torch.float32) is None and not free.sizes
