@@ -81,11 +81,11 @@ class Compiled:
         """Start a run on the target's native thread (`starts_natively()`)."""
         return Started(self, target, inputs, scalars)
 
-    def prepare(self, target, inputs: list, scalars: list[float], frames=None,
-                pool: dict | None = None):
+    def prepare(self, target, inputs: list, scalars: list[float], frames=None, pool=None):
         """A call of this plan made ready for the target's `start_calls` (a chain of
-        calls on its native thread: segment_chain.py); `frames`, `pool`: the
-        executable's `prepare`'s. Not observed: the chain's caller shows the runs."""
+        calls on its native thread: segment_chain.py; `starts_natively()`, whose
+        executables take the scalars as floats); `frames`, `pool`: the executable's
+        `prepare`'s. Not shown to observers: the chain shows its runs itself."""
         return self.executable.prepare(inputs, scalars, frames, pool)
 
     def check_failed(self, target, call) -> bool:

@@ -237,7 +237,7 @@ class CpuExecutable(Executable):
         return BackgroundCall(call, start_calls([call]))
 
     def prepare(self, inputs: list[torch.Tensor], scalars=(), frames=None,
-                pool: dict | None = None) -> PreparedCall:
+                pool=None) -> PreparedCall:
         """A call made ready for the background thread (`start_calls`): inputs made dense,
         outputs allocated, the argument frame filled. `frames`: where its frame is kept
         for the next call (one per place in a chain: a graph may come twice in one; the
