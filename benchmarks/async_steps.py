@@ -1,7 +1,7 @@
 """Lazy training steps with background execution on and off, next to eager, in one process.
 
     PYTHONPATH=. python -m benchmarks.async_steps [--only mlp,gpt] [--rounds 15] [--steps 1,8]
-        [--label NAME]
+        [--segment-nodes N] [--label NAME]
 
 `mark_step()` launches the step's graph on the execution thread and returns, so the
 next step's tracing overlaps this step's run (LAZYMLIR_ASYNC, lazymlir/execution/
@@ -13,6 +13,8 @@ last loss (`.item()`, which waits for the run): k = 1 is a loop that reads its l
 every step (nothing to overlap), a larger k a loop that reads it every k steps.
 Figures are per step: medians over the rounds, and medians of per-round ratios to
 eager. The machine's load is part of the result (printed before and after).
+`--segment-nodes N` sets LAZYMLIR_SEGMENT_NODES: a step's graph of more than N nodes
+compiles and runs as segments (execution/segment_chain.py).
 """
 
 from __future__ import annotations
@@ -70,10 +72,15 @@ def main(argv=None) -> int:
     parser.add_argument("--only", default="mlp,gpt")
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--steps", default="1,8", help="steps per timed call (comma separated)")
+    parser.add_argument("--segment-nodes", type=int, default=None,
+                        help="LAZYMLIR_SEGMENT_NODES (a step bigger than this runs as segments)")
     parser.add_argument("--label", default=None)
     args = parser.parse_args(argv)
     os.environ.setdefault("LAZYMLIR_TARGET", "cpu")
     import lazymlir
+
+    if args.segment_nodes is not None:
+        lazymlir.config.settings().segment_nodes = args.segment_nodes
 
     load = [os.getloadavg()]
     lines = ["| workload | steps per read | async ms/step | sync ms/step | eager ms/step | "

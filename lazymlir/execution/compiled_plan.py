@@ -1,6 +1,7 @@
 """The plan of a graph compiled whole: run its executable (inline, or started on the
 target's native thread), read its check flag, and rerun the graph eagerly when a check
-failed, so that the user sees eager's own error (executor.py makes and caches plans)."""
+failed, so that the user sees eager's own error (executor.py makes and caches plans).
+Every run is shown to the registered observers (run_observers.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import torch
 
 from .. import targets
 from ..lowering.front import fx_graph
-from . import partition
+from . import partition, run_observers
 
 log = logging.getLogger("lazymlir.executor")
 
@@ -28,14 +29,20 @@ class Compiled:
         self.flags = flags
 
     def run(self, target, inputs: list, scalars: list[float]) -> list:
+        observed = run_observers.started(self, inputs, scalars) if run_observers.active \
+            else None
         executable = self.executable
         originals = self._originals(inputs)
         if executable.takes_scalars:
-            return self._settled(target, lambda: executable.run(inputs, scalars), inputs,
-                                 scalars, originals)
-        inputs = self._with_scalars(target, inputs, scalars)
-        return self._settled(target, lambda: executable.run(inputs), inputs, scalars,
-                             originals)
+            outputs = self._settled(target, lambda: executable.run(inputs, scalars), inputs,
+                                    scalars, originals)
+        else:
+            with_scalars = self._with_scalars(target, inputs, scalars)
+            outputs = self._settled(target, lambda: executable.run(with_scalars),
+                                    with_scalars, scalars, originals)
+        if observed:
+            run_observers.finished(observed, outputs)
+        return outputs
 
     def _settled(self, target, outputs_of_run, inputs: list, scalars: list[float],
                  originals: dict) -> list:
@@ -62,10 +69,7 @@ class Compiled:
     def _checked(self, target, outputs: list, inputs: list, scalars: list[float],
                  originals: dict) -> list:
         """`outputs`, or eager's if the check flag (the last output, with `flags`) is set."""
-        if not self.flags:
-            return outputs
-        flag = target.download(outputs.pop(), torch.empty((), dtype=torch.bool, device="meta"))
-        if bool(flag):
+        if self.flags and self._flag_set(target, outputs.pop()):
             return self._eagerly(target, inputs, scalars, originals)
         return outputs
 
@@ -76,6 +80,29 @@ class Compiled:
     def start(self, target, inputs: list, scalars: list[float]) -> Started:
         """Start a run on the target's native thread (`starts_natively()`)."""
         return Started(self, target, inputs, scalars)
+
+    def prepare(self, target, inputs: list, scalars: list[float], frames=None, pool=None):
+        """A call of this plan made ready for the target's `start_calls` (a chain of
+        calls on its native thread: segment_chain.py; `starts_natively()`, whose
+        executables take the scalars as floats); `frames`, `pool`: the executable's
+        `prepare`'s. Not shown to observers: the chain shows its runs itself."""
+        return self.executable.prepare(inputs, scalars, frames, pool)
+
+    def check_failed(self, target, call) -> bool:
+        """Whether a check failed in `call`, a `prepare`d call that has run (a check in its
+        code, or the graph's check flag); to be asked once per call (it clears the code's
+        record of a failed check)."""
+        try:
+            outputs = call.finish()
+        except targets.CompiledCheckFailed as failed:
+            log.info("%s; running the graph eagerly", failed)
+            return True
+        return bool(self.flags) and self._flag_set(target, outputs[-1])
+
+    @staticmethod
+    def _flag_set(target, flag) -> bool:
+        """Whether the check flag `flag` (a graph's last output, with `flags`) is set."""
+        return bool(target.download(flag, torch.empty((), dtype=torch.bool, device="meta")))
 
     @staticmethod
     def _with_scalars(target, inputs: list, scalars: list[float]) -> list:
@@ -98,17 +125,22 @@ class Compiled:
 class Started:
     """A run of a Compiled plan under way on the target's native thread."""
 
-    __slots__ = ("plan", "target", "inputs", "scalars", "originals", "call")
+    __slots__ = ("plan", "target", "inputs", "scalars", "originals", "call", "observed")
 
     def __init__(self, plan: Compiled, target, inputs: list, scalars: list[float]):
         self.plan, self.target, self.inputs, self.scalars = plan, target, inputs, scalars
+        self.observed = run_observers.started(plan, inputs, scalars) \
+            if run_observers.active else None
         self.originals = plan._originals(inputs)
         self.call = plan.executable.start(inputs, scalars)
 
     def result(self) -> list:
         """Its outputs, once it has run (a failed check reruns the graph eagerly here)."""
-        return self.plan._settled(self.target, self.call.result, self.inputs, self.scalars,
-                                  self.originals)
+        outputs = self.plan._settled(self.target, self.call.result, self.inputs,
+                                     self.scalars, self.originals)
+        if self.observed:
+            run_observers.finished(self.observed, outputs)
+        return outputs
 
     def seconds(self) -> float:
         return self.call.seconds()

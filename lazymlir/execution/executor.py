@@ -36,7 +36,8 @@ import torch
 from .. import lowering, session, targets
 from ..lowering.front import checks, fx_graph
 from ..support.errors import CompileError, CompilerCrashError
-from . import diagnostics, disk_cache, dynamic_policy, fallback, graph_cache, partition, runs
+from . import (diagnostics, disk_cache, dynamic_policy, fallback, graph_cache, partition, runs,
+               segment_chain)
 from .compiled_plan import Compiled, EagerReference
 from .compiler import CompileOptions, compile_graph, probe
 from .worker_pool import WorkerPool
@@ -92,11 +93,11 @@ def run(plan, inputs: list, scalars: list[float]) -> list:
 
 
 def in_background(plan) -> bool:
-    """Whether `launch` may run this plan on the execution thread: LAZYMLIR_ASYNC is on,
-    the target's code runs on any thread, and the plan is compiled code only: one
-    compiled graph, or a big graph's segments, each one compiled graph (a graph split
-    around ops that do not lower runs eager ops and compiles segments: it runs on the
-    caller's thread)."""
+    """Whether `launch` may run this plan in the background: LAZYMLIR_ASYNC is on, the
+    target's code runs on any thread, and the plan is compiled code only: one compiled
+    graph, or a big graph's segments, each one compiled graph (a graph split around ops
+    that do not lower runs eager ops and compiles segments: it runs on the caller's
+    thread)."""
     return session.current().settings.async_execution and _compiled_only(plan) and \
         targets.active().runs_in_background
 
@@ -109,15 +110,24 @@ def _compiled_only(plan) -> bool:
 
 
 def launch(plan, run: runs.Run, inputs, scalars: list[float], done) -> None:
-    """Run `plan` as `run` on the session's execution thread after every earlier launch
-    (runs.py); `inputs()` gives its input buffers there, `done(outputs, error)` binds."""
+    """Run `plan` as `run` after every earlier launch (runs.py): on the target's native
+    thread where it starts one (a compiled graph, or a big graph's segments as one chain:
+    segment_chain.py), else on the session's execution thread; `inputs()` gives its
+    input buffers, `done(outputs, error)` binds."""
     target = targets.active()
     metrics = session.current().metrics
     if type(plan) is Compiled and plan.starts_natively():
-        # The compiled call runs on the target's native thread, which never takes the
-        # GIL: everything in Python around it happens on the user's thread (runs.py).
+        starter = plan.start
+    elif segment_chain.starts_natively(plan):  # a big graph's segments, as one chain
+        def starter(target, buffers, scalars):
+            return segment_chain.start(plan, target, buffers, scalars)
+    else:
+        starter = None
+    if starter is not None:
+        # The compiled calls run on the target's native thread, which never takes the
+        # GIL: everything in Python around them happens on the user's thread (runs.py).
         def start():
-            started = plan.start(target, inputs(), scalars)
+            started = starter(target, inputs(), scalars)
 
             def finish() -> list:
                 outputs = started.result()

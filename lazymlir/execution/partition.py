@@ -27,7 +27,7 @@ import torch
 
 from ..lowering.front import fx_graph
 from ..support.errors import CompileError
-from . import fallback
+from . import fallback, run_observers
 
 
 def op_name(node: dict) -> str:
@@ -191,8 +191,13 @@ class Partitioned:
     `run_segment(graph, inputs, scalars)` runs a compiled segment (the executor's
     `execute`, so each segment is cached and compiled as a graph of its own) unless
     the segments' plans were prepared ahead (`bind`): then each runs its plan, without
-    the session's lock, so a plan of compiled segments only may run on the execution
-    thread (executor.in_background)."""
+    the session's lock, so a plan of compiled segments only may be launched by
+    mark_step() (executor.in_background): on the target's native thread, as one chain
+    of calls (segment_chain.py), where the target has one.
+
+    Its eager ops run on the thread that runs the plan, in order: such a plan runs on
+    the caller's thread, never launched (an eager op may read the host RNG or other
+    state the user's next lines change)."""
 
     def __init__(self, graph: dict, eager: dict[int, str], run_segment: Callable,
                  cuts=()):
@@ -201,6 +206,9 @@ class Partitioned:
         self.eager = eager  # node index -> why it does not lower
         self.plans: list | None = None  # one per compiled segment, in order (`bind`)
         self.keys: list[str] = []  # their structural hashes, where the executor keeps them
+        # The argument frames of its chain on the native thread, one per segment
+        # (segment_chain.py: made there, at the first start).
+        self.frames: list | None = None
         cuts = frozenset(cuts)
         nodes = graph["nodes"]
         needed_later: dict[tuple, int] = {}  # ref -> last node index reading it
@@ -251,7 +259,12 @@ class Partitioned:
         """The plans that run the compiled segments (one per `segments()` graph)."""
         self.plans = list(plans)
 
-    def run(self, target, inputs: list, scalars: list[float]) -> list:
+    def run(self, target, inputs: list, scalars: list[float], natively: bool = False) -> list:
+        """The graph's outputs, its steps run in order on this thread; `natively`: each
+        compiled segment's plan is started on the target's native thread and waited for
+        (segment_chain.py's runs while an observer is registered)."""
+        observed = run_observers.started(self, inputs, scalars) if run_observers.active \
+            else None
         env: dict[tuple, object] = {("input", i, 0): data for i, data in enumerate(inputs)}
         env.update({("scalar", i, 0): value for i, value in enumerate(scalars)})
         plans = iter(self.plans) if self.plans is not None else None
@@ -260,15 +273,22 @@ class Partitioned:
                 _, sub, reads, outs = step
                 tensors = [env[r] for r in reads if r[0] != "scalar"]
                 values = [env[r] for r in reads if r[0] == "scalar"]
-                results = next(plans).run(target, tensors, values) if plans is not None \
-                    else self.run_segment(sub, tensors, values)
+                if plans is None:
+                    results = self.run_segment(sub, tensors, values)
+                elif natively:
+                    results = next(plans).start(target, tensors, values).result()
+                else:
+                    results = next(plans).run(target, tensors, values)
                 env.update(zip(outs, results))
             else:
                 fallback.count(op_name(self.graph["nodes"][step[1]]), self.eager[step[1]])
                 run_node_eagerly(self.graph, target, step[1], env)
             for ref in drops:
                 del env[ref]
-        return [env[tuple(o["ref"])] for o in self.graph["outputs"]]
+        outputs = [env[tuple(o["ref"])] for o in self.graph["outputs"]]
+        if observed:
+            run_observers.finished(observed, outputs)
+        return outputs
 
 
 def run_node_eagerly(graph: dict, target, index: int, env: dict) -> None:

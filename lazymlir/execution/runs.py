@@ -7,8 +7,9 @@ through ctypes, which releases the GIL: the next step's tracing in Python overla
 the previous step's run.
 
 A graph the target can start on a native thread of its own (`launch_started`: one
-compiled cpu graph) skips the execution thread: the user's thread prepares the call
-and hands it over, and the thread that next waits for it binds its outputs. The
+compiled cpu graph, or a big graph's compiled segments as one chain of calls:
+segment_chain.py) skips the execution thread: the user's thread prepares the calls
+and hands them over, and the thread that next waits for them binds the outputs. The
 execution thread needed the GIL before and after each call while the user's thread
 held it to trace the next step, and CPython hands the GIL over every 5 ms: the two
 threads stalled each other, and background runs bought nothing (targets/

@@ -212,20 +212,18 @@ def trace_all(root: str, names: list[str]) -> None:
     AdamW's constants) and tensors the tracer made from host data are part of the
     computation, so the kit's bundles take them from here."""
     import lazymlir
-    from lazymlir.execution import executor
+    from lazymlir.execution import run_observers
+    from lazymlir.execution.compiled_plan import Compiled
 
     runs = []
 
-    def recording(method):
-        """`method` of Compiled (`run`, or `start` for a run on the native thread),
-        recording the values each graph ran on."""
-        def record(self, target, inputs, scalars):
-            runs.append((self.graph, [t.detach().clone() for t in inputs], list(scalars)))
-            return method(self, target, inputs, scalars)
-        return record
+    def record(plan, inputs, scalars):
+        """The values each compiled graph runs on (inline or on the native thread; a
+        big graph's segments each as a graph of its own), before it runs."""
+        if type(plan) is Compiled:
+            runs.append((plan.graph, [t.detach().clone() for t in inputs], list(scalars)))
 
-    executor.Compiled.run = recording(executor.Compiled.run)
-    executor.Compiled.start = recording(executor.Compiled.start)
+    run_observers.register(record)
     for name in names:
         fn, make, _ = CASES[name]
         torch.manual_seed(0)

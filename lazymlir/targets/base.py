@@ -46,7 +46,9 @@ class Executable(ABC):
     takes_scalars = False
     # Whether `start(inputs, scalars)` runs a call on a native thread of the target's,
     # returning a handle whose `result()` waits for the outputs and `seconds()` says
-    # how long the code ran (cpu: without the GIL, targets/cpu_background.py).
+    # how long the code ran (cpu: without the GIL, targets/cpu_background.py); and
+    # `prepare(inputs, scalars, frames, pool)` makes a call ready without starting it,
+    # for the target's `start_calls` (a chain of calls run in order on that thread).
     starts_natively = False
 
     @abstractmethod
@@ -80,6 +82,12 @@ class Target(ABC):
     # execution thread of mark_step()'s background runs, execution/runs.py). Not the
     # cuda target's: its driver context is current on the thread that made it.
     runs_in_background = False
+
+    def start_calls(self, calls: list):
+        """Run calls its executables `prepare`d (those that start natively) in order on
+        the target's native thread; a handle whose `wait()` waits for them all and
+        `seconds()` says how long their code ran."""
+        raise NotImplementedError(f"the {self.name} target starts no native calls")
 
     def borrow(self, cpu: torch.Tensor):
         """`cpu` as an input buffer for one run (torch.compile path); may share its memory."""

@@ -233,28 +233,37 @@ class CpuExecutable(Executable):
         """Run as `run` does, on the background thread (targets/cpu_background.py): the
         call is prepared here, and `BackgroundCall.result()` waits for it. One call at a
         time in the process: the caller waits for the previous one first."""
-        dense, outputs, frame = self._prepare(inputs, scalars, self._background_frame)
-        library = _background()
-        entry = self._entry_address
-        threads = torch.get_num_threads()
-        arguments = ctypes.addressof(frame[1])
-        error = library.lazymlir_background_submit(entry, arguments, threads)
-        while error == errno.EBUSY:  # another session's call: it runs first
-            _wait_for_background()
-            error = library.lazymlir_background_submit(entry, arguments, threads)
-        if error:
-            raise RuntimeError(f"the background thread for compiled graphs did not take the "
-                               f"call: {os.strerror(error)}")
-        return BackgroundCall(self, dense, outputs, frame)
+        call = self.prepare(inputs, scalars)
+        return BackgroundCall(call, start_calls([call]))
 
-    def _prepare(self, inputs: list[torch.Tensor], scalars, frames) -> tuple:
+    def prepare(self, inputs: list[torch.Tensor], scalars=(), frames=None,
+                pool=None) -> PreparedCall:
+        """A call made ready for the background thread (`start_calls`): inputs made dense,
+        outputs allocated, the argument frame filled. `frames`: where its frame is kept
+        for the next call (one per place in a chain: a graph may come twice in one; the
+        executable's own by default). `pool`: memory free for the outputs, whose
+        `take(shape, strides, dtype)` gives a tensor to write or None (then a fresh one
+        is allocated): a chain's later calls reuse what earlier values no longer need."""
+        if frames is None:
+            frames = self._background_frame
+        dense, outputs, frame = self._prepare(inputs, scalars, frames, pool)
+        return PreparedCall(self, dense, outputs, frame)
+
+    def _prepare(self, inputs: list[torch.Tensor], scalars, frames, pool=None) -> tuple:
         """(inputs made dense, fresh outputs, the argument frame: descriptors, their
-        pointer array, the scalars' array), the frame reused from `frames.frame`."""
+        pointer array, the scalars' array), the frame reused from `frames.frame`; outputs
+        taken from `pool` where it has memory for them (`prepare`)."""
         empty = _empty_strided
         dense = [t if t.is_contiguous() else t.contiguous() for t in inputs]  # kept alive
         allocations = self._allocations if self._sizes is None else \
             self._sizes.allocations(dense, self._in_place_outputs)
-        outputs = [empty(shape, strides, dtype) for shape, strides, dtype in allocations]
+        if pool is None:
+            outputs = [empty(shape, strides, dtype) for shape, strides, dtype in allocations]
+        else:
+            outputs = []
+            for shape, strides, dtype in allocations:
+                taken = pool.take(shape, strides, dtype)
+                outputs.append(empty(shape, strides, dtype) if taken is None else taken)
         written = self._written
         count = len(dense) + len(scalars) + len(outputs)
         # (symbolic sizes: the descriptors' sizes are read, so they are made per call)
@@ -287,6 +296,10 @@ class CpuExecutable(Executable):
     def _finish(self, dense: list, outputs: list) -> list:
         if self._failed_checks is not None and self._failed_checks():
             raise CompiledCheckFailed(f"a run-time check in {self.so_path.name} failed")
+        return self._outputs(dense, outputs)
+
+    def _outputs(self, dense: list, outputs: list) -> list:
+        """The call's outputs, in the graph's order (known before it runs)."""
         if not self.in_place:
             return outputs
         # An updated input's output is the buffer written: the input itself, or the dense
@@ -296,25 +309,83 @@ class CpuExecutable(Executable):
                 else next(fresh) for k in range(len(self.output_metas))]
 
 
+class PreparedCall:
+    """A call `CpuExecutable.prepare` made ready: its entry, its argument frame, and the
+    buffers it reads and writes, kept alive until it has run."""
+
+    __slots__ = ("executable", "dense", "buffers", "frame")
+
+    def __init__(self, executable: CpuExecutable, dense: list, buffers: list, frame):
+        self.executable, self.dense, self.buffers, self.frame = \
+            executable, dense, buffers, frame
+
+    def outputs(self) -> list:
+        """Its outputs as `run` returns them (not computed until it has run; with the
+        check flag of an instrumented graph last)."""
+        return self.executable._outputs(self.dense, self.buffers)
+
+    def finish(self) -> list:
+        """Once it has run: `outputs()`, or CompiledCheckFailed if a check in its code
+        failed (read once: the code's flag is cleared)."""
+        return self.executable._finish(self.dense, self.buffers)
+
+
+def start_calls(calls: list[PreparedCall]) -> BackgroundCalls:
+    """Hand `calls` to the background thread, which runs them in order (a call's outputs
+    may be a later one's inputs); first waits for a submission still running (another
+    session's)."""
+    library = _background()
+    count = len(calls)
+    entries = (ctypes.c_void_p * count)(*[c.executable._entry_address for c in calls])
+    arguments = (ctypes.c_void_p * count)(*[ctypes.addressof(c.frame[1]) for c in calls])
+    threads = torch.get_num_threads()
+    error = library.lazymlir_background_submit(entries, arguments, count, threads)
+    while error == errno.EBUSY:  # another session's call: it runs first
+        _wait_for_background()
+        error = library.lazymlir_background_submit(entries, arguments, count, threads)
+    if error:
+        raise RuntimeError(f"the background thread for compiled graphs did not take the "
+                           f"call: {os.strerror(error)}")
+    return BackgroundCalls(calls, (entries, arguments))
+
+
+class BackgroundCalls:
+    """Calls `start_calls` handed to the background thread; holds them (their buffers
+    and frames) and the arrays naming them until they have run."""
+
+    __slots__ = ("calls", "_arrays")
+
+    def __init__(self, calls: list[PreparedCall], arrays):
+        self.calls, self._arrays = calls, arrays
+
+    @staticmethod
+    def wait() -> None:
+        """Wait (the GIL released) until the calls have run."""
+        _wait_for_background()
+
+    @staticmethod
+    def seconds() -> float:
+        """How long the compiled code of the last finished submission ran."""
+        return _background().lazymlir_background_last_ns() * 1e-9
+
+
 class BackgroundCall:
-    """A call `CpuExecutable.start` handed to the background thread; holds its buffers
-    and argument frame until it has finished."""
+    """One call `CpuExecutable.start` handed to the background thread."""
 
-    __slots__ = ("_executable", "_dense", "_outputs", "_frame")
+    __slots__ = ("_call", "_started")
 
-    def __init__(self, executable: CpuExecutable, dense: list, outputs: list, frame):
-        self._executable, self._dense, self._outputs, self._frame = \
-            executable, dense, outputs, frame
+    def __init__(self, call: PreparedCall, started: BackgroundCalls):
+        self._call, self._started = call, started
 
     def result(self) -> list:
         """Wait (the GIL released) until the call has run; its outputs, as `run`'s."""
-        _wait_for_background()
-        return self._executable._finish(self._dense, self._outputs)
+        self._started.wait()
+        return self._call.finish()
 
     @staticmethod
     def seconds() -> float:
         """How long the compiled code of the last finished call ran."""
-        return _background().lazymlir_background_last_ns() * 1e-9
+        return BackgroundCalls.seconds()
 
 
 class _OutputSizes:
@@ -407,6 +478,10 @@ class CpuTarget(Target):
                 f"LAZYMLIR_TARGET=cuda)")
         tensor = torch.from_dlpack(source).contiguous()
         return tensor, tuple(tensor.shape), tensor.dtype
+
+    @staticmethod
+    def start_calls(calls: list[PreparedCall]) -> BackgroundCalls:
+        return start_calls(calls)
 
     def load(self, artifact: Path, output_metas: OutputMetas, in_place=(),
              symbols: dict | None = None) -> CpuExecutable:

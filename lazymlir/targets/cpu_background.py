@@ -13,8 +13,12 @@ Here the user's thread prepares a call completely (inputs, outputs, argument
 descriptors: targets/cpu.py) and hands this library the graph's entry point and
 its argument array; the thread below calls it and never touches Python. Whoever
 next needs the result (the next launch, a read) waits for it in C, with the GIL
-released, and binds the outputs itself. One call at a time: a submit while a call
+released, and binds the outputs itself. One submission at a time: a submit while one
 is unfinished is refused (the caller waits first).
+
+A submission is a chain of calls, run in order: a big graph compiled as segments
+(execution/segment_chain.py) hands over all its segments at once, each segment's
+outputs already allocated as the next one's inputs, so no Python runs between them.
 
 The thread's OpenMP team: compiled loops fork on the calling thread's libgomp team
 (targets/cpu_threads.py); each call carries the thread count to use, which the
@@ -44,10 +48,10 @@ typedef void (*entry_t)(void *);
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 /* One condition both ways: the thread waits for a call, waiters for its end. */
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
-static entry_t job_fn;
-static void *job_arg;
-static int job_threads;
-static uint64_t submitted, finished, last_ns;
+static void *const *job_fns; /* the chain's entries and their argument arrays */
+static void *const *job_args;
+static int job_count, job_threads;
+static uint64_t submitted, finished, calls, last_ns;
 static int started;
 static void (*set_threads)(int);
 /* targets/cpu_threads.py: mark this thread's forks as background ones; count waiters. */
@@ -67,8 +71,9 @@ static void *loop(void *unused) {
   pthread_mutex_lock(&mu);
   for (;;) {
     while (finished == submitted) pthread_cond_wait(&cv, &mu);
-    entry_t fn = job_fn;
-    void *arg = job_arg;
+    void *const *fns = job_fns;
+    void *const *args = job_args;
+    int count = job_count;
     int n = job_threads;
     pthread_mutex_unlock(&mu);
     if (set_threads && n > 0 && n != threads) {
@@ -76,10 +81,11 @@ static void *loop(void *unused) {
       threads = n;
     }
     uint64_t began = now_ns();
-    fn(arg);
+    for (int i = 0; i < count; i++) ((entry_t)fns[i])(args[i]);
     uint64_t took = now_ns() - began;
     pthread_mutex_lock(&mu);
     last_ns = took;
+    calls += (uint64_t)count;
     finished++;
     pthread_cond_broadcast(&cv);
   }
@@ -92,8 +98,10 @@ void lazymlir_background_bind(void *omp_set_num_threads, void *background, void 
   count_waiting = (void (*)(int32_t))waiting;
 }
 
-/* 0: the call is under way; EBUSY: a call is unfinished; else pthread_create's error. */
-int lazymlir_background_submit(void *fn, void *arg, int threads) {
+/* Run fns[i](args[i]) for i < count, in order (both arrays stay the caller's, alive
+   until the chain has run). 0: under way; EBUSY: a submission is unfinished; else
+   pthread_create's error. */
+int lazymlir_background_submit(void *const *fns, void *const *args, int count, int threads) {
   pthread_mutex_lock(&mu);
   if (finished != submitted) {
     pthread_mutex_unlock(&mu);
@@ -112,8 +120,9 @@ int lazymlir_background_submit(void *fn, void *arg, int threads) {
     }
     started = 1;
   }
-  job_fn = (entry_t)fn;
-  job_arg = arg;
+  job_fns = fns;
+  job_args = args;
+  job_count = count;
   job_threads = threads;
   submitted++;
   pthread_cond_broadcast(&cv);
@@ -143,7 +152,7 @@ int lazymlir_background_wait(int64_t timeout_ns) {
   return idle;
 }
 
-/* Calls finished since the process started (tests read it holding the GIL). */
+/* Submissions finished since the process started (tests read it holding the GIL). */
 uint64_t lazymlir_background_finished(void) {
   pthread_mutex_lock(&mu);
   uint64_t count = finished;
@@ -151,7 +160,15 @@ uint64_t lazymlir_background_finished(void) {
   return count;
 }
 
-/* How long the last finished call took, in nanoseconds. */
+/* Calls (a chain's, one each) finished since the process started. */
+uint64_t lazymlir_background_calls(void) {
+  pthread_mutex_lock(&mu);
+  uint64_t count = calls;
+  pthread_mutex_unlock(&mu);
+  return count;
+}
+
+/* How long the last finished submission took, in nanoseconds. */
 uint64_t lazymlir_background_last_ns(void) {
   pthread_mutex_lock(&mu);
   uint64_t took = last_ns;
@@ -164,7 +181,7 @@ void lazymlir_background_forget(void) {
   pthread_mutex_init(&mu, 0);
   pthread_cond_init(&cv, 0);
   started = 0;
-  submitted = finished = 0;
+  submitted = finished = calls = 0;
 }
 """
 
@@ -182,12 +199,14 @@ def load(library: Path, threads: ctypes.CDLL) -> ctypes.CDLL:
     `threads` (targets/cpu_threads.py's library, which runs the graphs' forks); a
     forked child starts without the thread."""
     lib = ctypes.CDLL(str(library))
-    lib.lazymlir_background_submit.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+    lib.lazymlir_background_submit.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
+                                               ctypes.c_int]
     lib.lazymlir_background_submit.restype = ctypes.c_int
     lib.lazymlir_background_wait.argtypes = [ctypes.c_int64]
     lib.lazymlir_background_wait.restype = ctypes.c_int
     lib.lazymlir_background_last_ns.restype = ctypes.c_uint64
     lib.lazymlir_background_finished.restype = ctypes.c_uint64
+    lib.lazymlir_background_calls.restype = ctypes.c_uint64
     gomp_path = loaded_libgomp()
     if gomp_path is not None:
         gomp = ctypes.CDLL(gomp_path)

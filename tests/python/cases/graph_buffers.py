@@ -11,36 +11,23 @@ from __future__ import annotations
 
 import contextlib
 
-from lazymlir.execution import executor, partition
+from lazymlir.execution import run_observers
 
 
 @contextlib.contextmanager
 def largest_graph():
     """Within: {"buffers": the most buffers a compiled graph's run had so far}."""
     seen = {"buffers": 0}
-    originals = {plan: plan.run for plan in (executor.Compiled, partition.Partitioned)}
 
-    def recording(original):
-        def run(self, target, inputs, scalars):
-            outputs = original(self, target, inputs, scalars)
+    def observer(plan, inputs, scalars):
+        """Every plan's runs (inline or on the native thread): a compiled graph, a big
+        graph's segments as one plan, and each segment."""
+        def outputs_known(outputs):
             seen["buffers"] = max(seen["buffers"], len(inputs) + len(scalars) + len(outputs))
-            return outputs
-        return run
+        return outputs_known
 
-    start = executor.Compiled.start
-
-    def recording_start(self, target, inputs, scalars):
-        """A run on the native thread (background runs): its outputs are the graph's."""
-        outputs = len(self.graph["outputs"])
-        seen["buffers"] = max(seen["buffers"], len(inputs) + len(scalars) + outputs)
-        return start(self, target, inputs, scalars)
-
-    for plan, original in originals.items():
-        plan.run = recording(original)
-    executor.Compiled.start = recording_start
+    run_observers.register(observer)
     try:
         yield seen
     finally:
-        for plan, original in originals.items():
-            plan.run = original
-        executor.Compiled.start = start
+        run_observers.unregister(observer)

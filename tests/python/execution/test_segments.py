@@ -57,7 +57,7 @@ def compiles_in_flight(monkeypatch):
 
 @pytest.fixture
 def launched_plans(monkeypatch):
-    """The plans mark_step() launched on the execution thread."""
+    """The plans mark_step() launched."""
     plans = []
     original = executor.launch
 
@@ -94,7 +94,7 @@ def test_a_big_lazy_graph_compiles_as_concurrent_segments(
     lazymlir.mark_step()
     assert_same([a.cpu() for a in actual], expected)
     assert_no_fallback()
-    (plan,) = launched_plans  # the segmented plan ran on the execution thread
+    (plan,) = launched_plans  # the segmented plan was launched (a chain on the native thread)
     assert isinstance(plan, partition.Partitioned) and not plan.eager
     assert len(plan.plans) >= 3, len(plan.plans)
     assert all(len(sub["nodes"]) <= SEGMENT_NODES + SEGMENT_NODES // 8 + 1
