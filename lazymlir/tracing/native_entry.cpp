@@ -95,7 +95,13 @@ inline void set_slot(PyObject* object, Py_ssize_t offset, PyObject* v) {
   Py_XDECREF(old);
 }
 
-bool python_alive() { return Py_IsInitialized() && !_Py_IsFinalizing(); }
+bool python_alive() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsInitialized() && !Py_IsFinalizing();
+#else
+  return Py_IsInitialized() && !_Py_IsFinalizing();
+#endif
+}
 
 struct Gil {  // the GIL, held for a scope (re-entrant: the caller may hold it already)
   PyGILState_STATE state = PyGILState_Ensure();
