@@ -3,8 +3,8 @@
 Settings, metrics, the active target, the graph caches (memory, disk), probe verdicts (keyed
 by target), the fallback warnings already given and the compile worker all
 hang off one `Session`; the live lazy tensors are tracked per session by
-tracing/values.py (a list of weak references, cheaper on the hot path than a
-field lookup here). Pure memo tables keyed by op (the tracer's routes and
+the C++ dispatch entry (tracing/native_entry.cpp: weak references, a new list
+when `_current` changes). Pure memo tables keyed by op (the tracer's routes and
 shape caches) are process-wide: they hold no state a reset should clear. Layers fill the fields
 they own on first use (`execution` the cache and worker, `targets` the
 target); nothing else in the package keeps module-level mutable state.

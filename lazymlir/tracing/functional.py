@@ -13,7 +13,7 @@ import torch
 from . import special_ops
 from .recording import record
 from .trace_state import state
-from .values import value_of, set_value, is_lazy, LazyTensor
+from .values import LazyTensor, is_lazy, set_value, value_of
 
 aten = torch.ops.aten
 

@@ -15,7 +15,7 @@ from .. import targets
 from . import device_rules, layouts
 from .materialize import to_cpu
 from .trace_state import state
-from .values import is_lazy, LazyTensor, LazyValue, meta_like
+from .values import LazyTensor, LazyValue, is_lazy, meta_like
 
 
 def constant(cpu: torch.Tensor) -> LazyTensor:

@@ -17,7 +17,7 @@ from .. import session, targets
 from ..execution import executor, runs
 from ..support.errors import CompileError
 from .graph import build_graph, graph_key, nodes_downstream_of, pending_nodes
-from .values import value_of, LazyTensor, LazyValue, live_pending_values
+from .values import LazyTensor, LazyValue, live_pending_values, value_of
 
 
 def materialize(values: list[LazyValue], wait: bool = True) -> None:

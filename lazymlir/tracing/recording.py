@@ -20,15 +20,17 @@ import torch
 from . import device_rules, fallback
 from .graph import SCALAR_INPUT_OPS
 from .host_data import constant
-from .values import (value_of, is_lazy,
+from .values import (
     LazyTensor,
     LazyValue,
     Node,
+    is_lazy,
     meta_like,
     native,
     signature,
     static_token,
     to_meta,
+    value_of,
 )
 
 aten = torch.ops.aten

@@ -21,7 +21,7 @@ from .host_data import constant
 from .materialize import to_cpu
 from .recording import record
 from .trace_state import depth, state
-from .values import value_of, set_value, is_lazy, TORCH_DEVICE, LazyTensor
+from .values import TORCH_DEVICE, LazyTensor, is_lazy, set_value, value_of
 
 aten = torch.ops.aten
 

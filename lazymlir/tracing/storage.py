@@ -27,7 +27,7 @@ from torch._prims_common import (
 
 from .layouts import any_layout, contiguous_strides, layout_of, set_layout
 from .recording import record
-from .values import value_of, LazyTensor, LazyValue
+from .values import LazyTensor, LazyValue, value_of
 
 aten = torch.ops.aten
 

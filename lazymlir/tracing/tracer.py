@@ -95,8 +95,8 @@ def dispatch(func, args, kwargs):
 
 
 def _dispatch_element(func, args, kwargs):
-    """A foreach route's element op, entered as `__torch_dispatch__` would be (a leaf's
-    recorder directly, otherwise its route)."""
+    """A foreach route's element op, entered as the Python entry would enter it (a
+    leaf's recorder directly, otherwise its route)."""
     recorder = _LEAVES.get(id(func))
     if recorder is not None:
         return recorder(func, args, kwargs)

@@ -134,8 +134,8 @@ class LazyValue:
 
 
 class LazyTensor(torch.Tensor):
-    """Inner tensor of a lazy_mlir FunctionalTensorWrapper (made by the C++ entry: this
-    class has no instances made by Python's own constructor path)."""
+    """Inner tensor of a lazy_mlir FunctionalTensorWrapper: a C++ tensor of the entry's
+    (`LazyTensor(value)` asks it for one), with this class when Python sees it."""
 
     # Ops called on inner tensors (decompositions, the in-place and foreach routes) go
     # straight to the dispatcher: Tensor's default __torch_function__ ran a Python call
