@@ -166,10 +166,10 @@ def test_byte_arithmetic_wraps(dtype, fn):
 
 
 def test_float_to_bfloat16_rounds_to_nearest_even_bit_for_bit():
-    """On CPUs without AVX512-BF16 the compiled code calls `__truncsfbf2`, which a
-    GCC 12 system lacks (every bfloat16 graph failed to load): targets/cpu_builtins.py
-    defines it. Ties, the largest finite values (-> inf), subnormals, signed zeros:
-    eager's bits; NaN stays NaN."""
+    """The cpu target rounds in integer instructions (lowering/cpu/bf16_rounding.py):
+    LLVM's `vcvtneps2bf16` (CPUs with AVX512-BF16) flushed 1e-40 to 0 (eager 9.18e-41),
+    and elsewhere its `__truncsfbf2` call failed to load on GCC 12 systems. Ties, the
+    largest finite values (-> inf), subnormals, signed zeros: eager's bits; NaN stays NaN."""
     ties = torch.tensor([1.00390625, 1.01171875, -1.00390625, 3.0078125], dtype=torch.float32)
     specials = torch.tensor([float("inf"), -float("inf"), 3.4e38, -3.4e38, 3.3895e38, -0.0,
                              0.0, 1e-40, -1e-40, 1.17549435e-38], dtype=torch.float32)
@@ -179,4 +179,35 @@ def test_float_to_bfloat16_rounds_to_nearest_even_bit_for_bit():
     assert torch.equal(out.view(torch.int16), x.bfloat16().view(torch.int16))
     nan = lazy(lambda t: (t * 1.0).bfloat16(), torch.tensor([NAN, -NAN]))
     assert nan.isnan().all()
+    assert_no_fallback()
+
+
+def _bits(x: torch.Tensor) -> torch.Tensor:
+    return x.view(torch.int16)
+
+
+def test_bfloat16_arithmetic_keeps_subnormal_results():
+    """bfloat16 products and sums are float ones rounded as eager rounds: LLVM's own
+    rounding after each `bfloat` op (AVX512-BF16's `vcvtneps2bf16`) flushed subnormal
+    results to zero."""
+    g = torch.Generator().manual_seed(0)
+    a = (torch.randn(4096, generator=g) * 1e-20).bfloat16()
+    b = (torch.randn(4096, generator=g) * 1e-19).bfloat16()
+    assert (a * b).float().abs().lt(1.17549435e-38).sum() > 1000  # (subnormal products)
+    for fn in (lambda s, t: s * t, lambda s, t: (s * t - t * s * 0.5) / (t * t + 1).sqrt()):
+        assert torch.equal(_bits(lazy(fn, a, b)), _bits(fn(a, b)))
+    assert_no_fallback()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_double_to_half_rounds_through_float(dtype):
+    """Eager converts a double to float16 through float (`c10::Half` is built from a
+    float); LLVM's `fptrunc double to half` rounds once: 2.5 float16 subnormal steps and
+    a bit (1.4901161194e-07) gave 1.79e-07, eager 1.19e-07 (the float tie, to even)."""
+    g = torch.Generator().manual_seed(0)
+    ties = (torch.arange(1, 200, dtype=torch.float64) + 0.5) * 2.0**-24 * (1 + 1e-12)
+    spread = torch.exp(torch.empty(4096, dtype=torch.float64).uniform_(-25, 12, generator=g))
+    x = torch.cat([ties, -ties, spread, torch.tensor([65519.99, 65520.0, 1e-300])])
+    out = lazy(lambda t: (t * 1.0).to(dtype), x)
+    assert torch.equal(_bits(out), _bits(x.to(dtype)))
     assert_no_fallback()
