@@ -47,13 +47,13 @@ def _flags() -> tuple[str, ...]:
             "-ltorch_python", f"-Wl,-rpath,{lib}")
 
 
-def _folders() -> list[Path]:
-    folders = []
+def _folders():
+    """Where the library may be: the cache's runtime folder, else the session's scratch
+    folder (made only if the first is unwritable)."""
     cache_dir = session.current().settings.cache_dir or settings_module.default_cache_dir()
     if cache_dir:
-        folders.append(Path(cache_dir) / "runtime")
-    folders.append(Path(session.current().scratch_dir()))
-    return folders
+        yield Path(cache_dir) / "runtime"
+    yield Path(session.current().scratch_dir())
 
 
 def build() -> Path:
