@@ -379,30 +379,27 @@ inline bool int_of(const c10::IValue& v, int64_t* out) {
   return false;
 }
 
+// Numbers in a key, as the Python recorder keys them.
+inline void put_double(const OpInfo& info, double d, std::string& key) {
+  if (info.lift) {
+    key.push_back('F');  // a scalar graph input: its value is not in the key
+  } else {
+    put(key, 'd', &d, sizeof d);  // by bits: 0.0 and -0.0 differ
+  }
+}
+inline void put_int(int64_t x, std::string& key) { put(key, 'i', &x, sizeof x); }
+inline void put_bool(bool b, std::string& key) {
+  char c = b ? 1 : 0;
+  put(key, 'b', &c, 1);
+}
+
 // A wrapped number's key: as the Python number it is handed over as.
 bool wrapped_key(const OpInfo& info, const at::Tensor& t, std::string& key) {
   switch (t.scalar_type()) {
-    case at::ScalarType::Double: {
-      if (info.lift) {
-        key.push_back('F');
-      } else {
-        double d = *t.const_data_ptr<double>();
-        put(key, 'd', &d, sizeof d);
-      }
-      return true;
-    }
-    case at::ScalarType::Long: {
-      int64_t x = *t.const_data_ptr<int64_t>();
-      put(key, 'i', &x, sizeof x);
-      return true;
-    }
-    case at::ScalarType::Bool: {
-      char b = *t.const_data_ptr<bool>() ? 1 : 0;
-      put(key, 'b', &b, 1);
-      return true;
-    }
-    default:
-      return false;  // (complex: the Python tracer)
+    case at::ScalarType::Double: put_double(info, *t.const_data_ptr<double>(), key); return true;
+    case at::ScalarType::Long: put_int(*t.const_data_ptr<int64_t>(), key); return true;
+    case at::ScalarType::Bool: put_bool(*t.const_data_ptr<bool>(), key); return true;
+    default: return false;  // (complex: the Python tracer)
   }
 }
 
@@ -440,50 +437,36 @@ bool build_key(const OpInfo& info, const c10::IValue* args, size_t n, std::strin
       case Arg::Dtype: {
         int64_t x;
         if (!int_of(v, &x)) return false;
-        put(key, 'i', &x, sizeof x);
+        put_int(x, key);
         break;
       }
       case Arg::Float:
       case Arg::Scalar: {
         if (v.isDouble()) {
-          if (info.lift) {
-            key.push_back('F');  // a scalar graph input: its value is not in the key
-          } else {
-            double d = v.toDouble();
-            put(key, 'd', &d, sizeof d);  // by bits: 0.0 and -0.0 differ
-          }
+          put_double(info, v.toDouble(), key);
         } else if (v.isBool()) {
-          char b = v.toBool() ? 1 : 0;
-          put(key, 'b', &b, 1);
+          put_bool(v.toBool(), key);
         } else {
           int64_t x;
           if (!int_of(v, &x)) return false;
-          put(key, 'i', &x, sizeof x);
+          put_int(x, key);
         }
         break;
       }
       case Arg::Bool: {
         if (!v.isBool()) return false;
-        char b = v.toBool() ? 1 : 0;
-        put(key, 'b', &b, 1);
+        put_bool(v.toBool(), key);
         break;
       }
-      case Arg::IntList: {
-        if (!v.isList() && !v.isIntList()) return false;
-        if (v.isIntList()) {
-          auto list = v.toIntList();
-          int64_t size = list.size();
-          put(key, 'L', &size, sizeof size);
-          for (int64_t x : list) key.append(reinterpret_cast<const char*>(&x), sizeof x);
-        } else {
-          const auto& list = v.toListRef();
-          int64_t size = list.size();
-          put(key, 'L', &size, sizeof size);
-          for (const auto& e : list) {
-            int64_t x;
-            if (!int_of(e, &x)) return false;
-            key.append(reinterpret_cast<const char*>(&x), sizeof x);
-          }
+      case Arg::IntList: {  // (int[] and SymInt[]: lists of IValues either way)
+        if (!v.isList()) return false;
+        const auto& list = v.toListRef();
+        int64_t size = list.size();
+        put(key, 'L', &size, sizeof size);
+        for (const auto& e : list) {
+          int64_t x;
+          if (!int_of(e, &x)) return false;
+          key.append(reinterpret_cast<const char*>(&x), sizeof x);
         }
         break;
       }
@@ -528,19 +511,14 @@ PyObject* node_arg(const OpInfo& info, size_t i, const c10::IValue& v) {
       return dtype;
     }
     case Arg::IntList: {
-      std::vector<int64_t> xs;
-      if (v.isIntList()) {
-        xs = v.toIntVector();
-      } else {
-        for (const auto& e : v.toListRef()) {
-          int64_t x;
-          int_of(e, &x);
-          xs.push_back(x);
-        }
-      }
-      PyObject* list = PyList_New(static_cast<Py_ssize_t>(xs.size()));
+      const auto& items = v.toListRef();
+      PyObject* list = PyList_New(static_cast<Py_ssize_t>(items.size()));
       if (list == nullptr) return nullptr;
-      for (size_t k = 0; k < xs.size(); k++) PyList_SET_ITEM(list, k, PyLong_FromLongLong(xs[k]));
+      for (size_t k = 0; k < items.size(); k++) {
+        int64_t x;
+        int_of(items[k], &x);
+        PyList_SET_ITEM(list, k, PyLong_FromLongLong(x));
+      }
       return list;
     }
     case Arg::Str: {
@@ -565,15 +543,22 @@ inline bool is_default(const c10::FunctionSchema& schema, size_t i, const c10::I
   return d.has_value() && *d == v;
 }
 
-// The Node's (args, kwargs), as PyTorch's Python dispatch boxes a call. New references.
-bool node_arguments(const OpInfo& info, const c10::FunctionSchema& schema, const c10::IValue* args,
-                    size_t n, PyObject** out_args, PyObject** out_kwargs) {
+// A call's (args, kwargs) as PyTorch's Python dispatch boxes it
+// (parseIValuesToPyArgsKwargs): positional arguments up to the last one not at its
+// default, keyword-only ones not at their defaults. `convert(i, value)` makes each (a
+// new reference, nullptr with a Python error set); `no_kwargs`, when given, is used
+// (shared) for a call without keyword arguments, else a new dict. New references;
+// false with a Python error set.
+template <typename Convert>
+bool box_arguments(const OpInfo& info, const c10::FunctionSchema& schema, const c10::IValue* args,
+                   size_t n, Convert&& convert, PyObject* no_kwargs, PyObject** out_args,
+                   PyObject** out_kwargs) {
   size_t positional = info.kwarg_only_start;
   while (positional > 0 && is_default(schema, positional - 1, args[positional - 1])) positional--;
   PyObject* tuple = PyTuple_New(static_cast<Py_ssize_t>(positional));
   if (tuple == nullptr) return false;
   for (size_t i = 0; i < positional; i++) {
-    PyObject* a = node_arg(info, i, args[i]);
+    PyObject* a = convert(i, args[i]);
     if (a == nullptr) {
       Py_DECREF(tuple);
       return false;
@@ -584,8 +569,8 @@ bool node_arguments(const OpInfo& info, const c10::FunctionSchema& schema, const
   for (size_t i = info.kwarg_only_start; i < n; i++) {
     if (is_default(schema, i, args[i])) continue;
     if (kwargs == nullptr) kwargs = PyDict_New();
-    PyObject* a = node_arg(info, i, args[i]);
-    if (kwargs == nullptr || a == nullptr || PyDict_SetItem(kwargs, info.names[i], a) < 0) {
+    PyObject* a = kwargs == nullptr ? nullptr : convert(i, args[i]);
+    if (a == nullptr || PyDict_SetItem(kwargs, info.names[i], a) < 0) {
       Py_XDECREF(a);
       Py_XDECREF(kwargs);
       Py_DECREF(tuple);
@@ -594,12 +579,24 @@ bool node_arguments(const OpInfo& info, const c10::FunctionSchema& schema, const
     Py_DECREF(a);
   }
   if (kwargs == nullptr) {
-    kwargs = R.no_kwargs;
-    Py_INCREF(kwargs);
+    kwargs = no_kwargs != nullptr ? no_kwargs : PyDict_New();
+    if (kwargs == nullptr) {
+      Py_DECREF(tuple);
+      return false;
+    }
+    if (no_kwargs != nullptr) Py_INCREF(kwargs);
   }
   *out_args = tuple;
   *out_kwargs = kwargs;
   return true;
+}
+
+// The Node's (args, kwargs): what the Python tracer would have been given, with
+// LazyValues where tensors are.
+bool node_arguments(const OpInfo& info, const c10::FunctionSchema& schema, const c10::IValue* args,
+                    size_t n, PyObject** out_args, PyObject** out_kwargs) {
+  auto convert = [&](size_t i, const c10::IValue& v) { return node_arg(info, i, v); };
+  return box_arguments(info, schema, args, n, convert, R.no_kwargs, out_args, out_kwargs);
 }
 
 // The shape-cache entry of a call not seen before, from the Python recorder's meta
@@ -723,13 +720,11 @@ PyObject* to_python(const c10::Argument& argument, const c10::IValue& v) {
     if (lazy_impl(t) != nullptr) return wrap(t);
     // (toPyObject hands a wrapped number, `x * 2.0`'s 2.0, over as the Python number)
   }
-  if (v.isTensorList() || (v.isList() && !v.isIntList() && !v.isDoubleList() && !v.isBoolList())) {
-    bool tensors = v.isTensorList();
-    if (!tensors) {
-      for (const auto& e : v.toListRef()) tensors = tensors || e.isTensor();
-    }
+  if (v.isList()) {  // a list holding tensors: item by item (its lazy tensors as above)
+    const auto& list = v.toListRef();
+    bool tensors = false;
+    for (const auto& e : list) tensors = tensors || e.isTensor();
     if (tensors) {
-      const auto& list = v.toListRef();
       PyObject* out = PyList_New(static_cast<Py_ssize_t>(list.size()));
       if (out == nullptr) return nullptr;
       for (size_t k = 0; k < list.size(); k++) {
@@ -779,32 +774,11 @@ void call_python(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack*
   const auto& schema = op.schema();
   size_t n = schema.arguments().size();
   auto arguments = torch::jit::pop(*stack, n);
-  size_t positional = info.kwarg_only_start;
-  while (positional > 0 && is_default(schema, positional - 1, arguments[positional - 1])) {
-    positional--;
-  }
-  PyObject* args = PyTuple_New(static_cast<Py_ssize_t>(positional));
-  PyObject* kwargs = PyDict_New();
-  if (args == nullptr || kwargs == nullptr) raise_python_error();
-  for (size_t i = 0; i < positional; i++) {
-    PyObject* a = to_python(schema.arguments()[i], arguments[i]);
-    if (a == nullptr) {
-      Py_DECREF(args);
-      Py_DECREF(kwargs);
-      raise_python_error();
-    }
-    PyTuple_SET_ITEM(args, i, a);
-  }
-  for (size_t i = info.kwarg_only_start; i < n; i++) {
-    if (is_default(schema, i, arguments[i])) continue;
-    PyObject* a = to_python(schema.arguments()[i], arguments[i]);
-    if (a == nullptr || PyDict_SetItem(kwargs, info.names[i], a) < 0) {
-      Py_XDECREF(a);
-      Py_DECREF(args);
-      Py_DECREF(kwargs);
-      raise_python_error();
-    }
-    Py_DECREF(a);
+  PyObject* args;
+  PyObject* kwargs;
+  auto convert = [&](size_t i, const c10::IValue& v) { return to_python(schema.arguments()[i], v); };
+  if (!box_arguments(info, schema, arguments.data(), n, convert, nullptr, &args, &kwargs)) {
+    raise_python_error();
   }
   // The routes run under the dispatch state the call arrived with: functionalization's
   // and autograd's keys excluded, as PyTorch's Python key gave them (its snapshot was
