@@ -22,7 +22,7 @@ import warnings
 
 import torch
 
-from ..tracing.values import as_lazy
+from ..tracing.values import inner
 
 _SKIP_FUNCTIONALIZE = torch._C.DispatchKeySet(torch._C.DispatchKey.Functionalize)
 _library = None
@@ -31,7 +31,7 @@ _library = None
 def _unwrap(tensor):
     if isinstance(tensor, torch.Tensor) and torch._is_functional_tensor(tensor):
         torch._sync(tensor)
-        return as_lazy(torch._from_functional_tensor(tensor))
+        return inner(tensor)
     return tensor
 
 

@@ -183,8 +183,6 @@ def to_meta(x):
     t = type(x)
     if t is LazyTensor:
         return x._lazy.meta
-    if t is torch.Tensor and _native.is_lazy(x):
-        return _native.value_of(x).meta
     if t is LazyValue:
         return x.meta
     if t is list or t is tuple:

@@ -85,6 +85,21 @@ EXPECTED_FALLBACKS = {
 }
 
 
+def count_python_entries(monkeypatch) -> list[str]:
+    """From now until `monkeypatch.undo()`, the names of the ops that reach the Python
+    tracer's entry (`tracer._torch_dispatch`), in order, in the list returned."""
+    from lazymlir.tracing import tracer
+
+    entries: list[str] = []
+    entry = tracer._torch_dispatch
+
+    def counted(cls, func, types, args=(), kwargs=None):
+        entries.append(str(func))
+        return entry(cls, func, types, args, kwargs)
+    monkeypatch.setattr(tracer, "_torch_dispatch", counted)
+    return entries
+
+
 def assert_no_fallback() -> None:
     """No op ran with eager fallback since the last metrics reset, except the ones the
     active target is known not to lower (EXPECTED_FALLBACKS)."""

@@ -12,11 +12,11 @@ import copy
 import pytest
 import torch
 import torch.nn as nn
-from conftest import DEVICE, assert_no_fallback
+from conftest import DEVICE, assert_no_fallback, count_python_entries
 
 import lazymlir
 from lazymlir.lowering.front import fx_graph
-from lazymlir.tracing import native, tracer, values
+from lazymlir.tracing import native, values
 from lazymlir.tracing.graph import build_graph
 
 
@@ -71,13 +71,7 @@ def test_small_ops_do_not_enter_python(monkeypatch):
     host = torch.randn(8, 8)
     x = host.to(DEVICE)
     (x + x).relu().sum(0)  # each op's first call: its route and shape entry
-    entries = []
-    entry = tracer._torch_dispatch
-
-    def counted(cls, func, types, args=(), kwargs=None):
-        entries.append(str(func))
-        return entry(cls, func, types, args, kwargs)
-    monkeypatch.setattr(tracer, "_torch_dispatch", counted)
+    entries = count_python_entries(monkeypatch)
     y = x
     for _ in range(50):
         y = (y + x).relu() * 0.5

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn as nn
-from conftest import DEVICE, assert_no_fallback
+from conftest import DEVICE, assert_no_fallback, count_python_entries
 
 import lazymlir
 from lazymlir.lowering.front import fx_graph
@@ -222,25 +222,18 @@ def test_foreach_elements_skip_the_dispatcher_and_match_eager(monkeypatch):
     torch.manual_seed(0)
     hosts = [torch.randn(3, 4), torch.randn(5)]
     others = [torch.randn(3, 4), torch.randn(5)]
-    entries = []
-    entry = tracer._torch_dispatch
-
-    def counted(cls, func, types, args=(), kwargs=None):
-        entries.append(func)
-        return entry(cls, func, types, args, kwargs)
     for _ in range(2):  # routes made, then warm
         lazy = [h.to(DEVICE) for h in hosts]
         lazy_others = [o.to(DEVICE) for o in others]
         expected = [h.clone() for h in hosts]
-        monkeypatch.setattr(tracer, "_torch_dispatch", counted)
-        entries.clear()
+        entries = count_python_entries(monkeypatch)
         torch._foreach_add_(lazy, lazy_others, alpha=-0.5)
         torch._foreach_mul_(lazy, 0.9)
         roots = torch._foreach_sqrt(lazy_others)
         monkeypatch.undo()
         torch._foreach_add_(expected, others, alpha=-0.5)
         torch._foreach_mul_(expected, 0.9)
-        assert [str(f) for f in entries if "_foreach_" not in str(f)] == []
+        assert [f for f in entries if "_foreach_" not in f] == []
         for got, want in zip(lazy, expected):
             torch.testing.assert_close(got.cpu(), want)
         for got, other in zip(roots, others):
@@ -254,13 +247,7 @@ def test_addcdiv_with_a_changing_value_replays_one_template(monkeypatch):
     torch.manual_seed(0)
     a, b, c = torch.randn(3, 5), torch.randn(3, 5), torch.rand(3, 5) + 0.5
     la, lb, lc = (t.to(DEVICE) for t in (a, b, c))
-    entries = []
-    entry = tracer._torch_dispatch
-
-    def counted(cls, func, types, args=(), kwargs=None):
-        entries.append(str(func))
-        return entry(cls, func, types, args, kwargs)
-    monkeypatch.setattr(tracer, "_torch_dispatch", counted)
+    entries = count_python_entries(monkeypatch)
     results = []
     for value in (0.5, -0.25, 3.0):
         entries.clear()
@@ -285,16 +272,9 @@ def test_decomposition_returning_a_named_tuple_replays(monkeypatch):
     torch.manual_seed(0)
     logits, target = torch.randn(6, 5), torch.randint(0, 5, (6,))
     lx, ly = logits.to(DEVICE), target.to(DEVICE)
-    entries = []
-    entry = tracer._torch_dispatch
-
-    def counted(cls, func, types, args=(), kwargs=None):
-        entries.append(str(func))
-        return entry(cls, func, types, args, kwargs)
     losses = []
     for _ in range(2):
-        monkeypatch.setattr(tracer, "_torch_dispatch", counted)
-        entries.clear()
+        entries = count_python_entries(monkeypatch)
         losses.append(nn.functional.cross_entropy(lx, ly))
         monkeypatch.undo()
     assert "aten.nll_loss_forward.default" in entries
