@@ -79,6 +79,25 @@ def foreach(func, args, kwargs, dispatch=None):
     return results if returns else None
 
 
+def element_op(func, args, kwargs):
+    """The op of foreach op `func`'s element calls, given element 0's arguments
+    (`args`/`kwargs`: each list argument's first element): for the C++ entry, which
+    splits functional foreach calls itself (native_entry.cpp's foreach route). None
+    where this module's `foreach` would go back through the dispatcher."""
+    base = func._schema.name.removeprefix("aten::_foreach_")
+    packet = getattr(aten, base, None)
+    if packet is None:
+        return None
+    element_args, element_kwargs = list(args), dict(kwargs)
+    keyword = _FOREACH_KEYWORD.get(base)
+    if keyword is not None and len(element_args) > keyword[0]:
+        element_kwargs[keyword[1]] = element_args.pop()
+    try:
+        return _element_overload(packet, element_args, element_kwargs)
+    except RuntimeError:  # no overload takes them: `foreach` raises the dispatcher's error
+        return None
+
+
 _OVERLOADS: dict = {}  # (packet id, argument kinds) -> the OpOverload they resolve to
 # False sends element ops back through the dispatcher, as before (benchmarks compare).
 DIRECT_ELEMENTS = True

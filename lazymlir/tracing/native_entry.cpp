@@ -63,6 +63,7 @@ struct Refs {
   PyObject* session_globals = nullptr;  // lazymlir.session's module dict
   PyObject* current_name = nullptr;     // "_current": the live session
   PyObject* no_kwargs = nullptr;        // recording._NO_KWARGS
+  PyObject* element_op = nullptr;       // tracer.native_foreach(func, args, kwargs)
   // __slots__ offsets
   Py_ssize_t v_meta, v_node, v_index, v_data, v_error, v_sig, v_run;
   Py_ssize_t n_op, n_args, n_kwargs, n_out_metas, n_seq, n_static;
@@ -278,6 +279,12 @@ struct OpInfo {
   std::vector<Arg> kinds;
   std::vector<PyObject*> names;  // argument names (keyword arguments)
   std::unordered_map<std::string, ShapeEntry> shapes;
+  // A functional `_foreach_` overload whose calls this entry splits into element calls
+  // (foreach_route below): which arguments are lists, and its element ops by the kinds
+  // of element 0's arguments (nullptr: the Python tracer takes such calls).
+  bool foreach = false;
+  std::vector<bool> list_args;
+  std::unordered_map<std::string, std::optional<c10::OperatorHandle>> elements;
 };
 
 constexpr size_t kShapeCacheLimit = 1 << 16;
@@ -311,6 +318,33 @@ Arg kind_of(const c10::TypePtr& type) {
   python_error error;
   error.persist();
   throw error;
+}
+
+// A functional `_foreach_` overload returning one list of tensors, whose arguments are
+// lists of tensors or of numbers, or numbers: each element call takes element k of
+// every list and the other arguments as they are (the `.Tensor` overloads' scalar
+// tensors hold one number per element: the Python tracer takes those).
+void mark_foreach(const c10::FunctionSchema& schema, OpInfo& info) {
+  if (schema.name().rfind("aten::_foreach_", 0) != 0 || schema.is_mutable() ||
+      schema.returns().size() != 1 ||
+      schema.returns()[0].real_type()->kind() != c10::TypeKind::ListType) {
+    return;
+  }
+  bool any_list = false;
+  for (const auto& argument : schema.arguments()) {
+    c10::TypePtr t = argument.real_type();
+    if (auto optional = t->cast<c10::OptionalType>()) t = optional->getElementType();
+    bool list = t->kind() == c10::TypeKind::ListType;
+    auto element = list ? t->castRaw<c10::ListType>()->getElementType()->kind() : t->kind();
+    if (element != c10::TypeKind::TensorType && element != c10::TypeKind::NumberType &&
+        element != c10::TypeKind::FloatType && element != c10::TypeKind::IntType) {
+      return;
+    }
+    if (!list && element == c10::TypeKind::TensorType) return;  // a `.Tensor` overload
+    info.list_args.push_back(list);
+    any_list = any_list || list;
+  }
+  info.foreach = any_list;
 }
 
 OpInfo& op_info(const c10::OperatorHandle& op) {
@@ -350,6 +384,7 @@ OpInfo& op_info(const c10::OperatorHandle& op) {
   for (const auto& argument : arguments) {
     if (argument.alias_info() != nullptr) info->leaf = false;
   }
+  mark_foreach(*schema, *info);
   return *ops.emplace(schema, std::move(info)).first->second;
 }
 
@@ -415,7 +450,20 @@ bool build_key(const OpInfo& info, const c10::IValue* args, size_t n, std::strin
     }
     switch (info.kinds[i]) {
       case Arg::Tensor: {
-        if (!v.isTensor()) return false;
+        if (!v.isTensor()) {
+          // A foreach element's number (`_foreach_mul.Scalar`'s scalar as `mul.Tensor`'s
+          // other): keyed as the wrapped number it stands for.
+          if (v.isDouble()) {
+            put_double(info, v.toDouble(), key);
+          } else if (v.isInt()) {
+            put_int(v.toInt(), key);
+          } else if (v.isBool()) {
+            put_bool(v.toBool(), key);
+          } else {
+            return false;
+          }
+          break;
+        }
         const at::Tensor& t = v.toTensor();
         LazyImpl* impl = lazy_impl(t);
         if (impl == nullptr && t.defined() && t.unsafeGetTensorImpl()->is_wrapped_number()) {
@@ -491,6 +539,9 @@ PyObject* node_arg(const OpInfo& info, size_t i, const c10::IValue& v) {
   if (v.isNone()) Py_RETURN_NONE;
   switch (info.kinds[i]) {
     case Arg::Tensor: {
+      if (v.isDouble()) return PyFloat_FromDouble(v.toDouble());  // a foreach element's
+      if (v.isInt()) return PyLong_FromLongLong(v.toInt());        // number (build_key)
+      if (v.isBool()) return PyBool_FromLong(v.toBool());
       const at::Tensor& t = v.toTensor();
       LazyImpl* impl = lazy_impl(t);
       if (impl == nullptr) {  // a wrapped number (wrapped_key took it)
@@ -808,6 +859,109 @@ void call_python(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack*
   }
 }
 
+// ------------------------------------------------------------ foreach ops
+// Optimizers call `_foreach_` ops (an AdamW step: ~8 per step over every parameter);
+// functionalization hands us their functional forms. Each becomes one element call
+// per list element, as the Python tracer's foreach route makes them
+// (tracing/functional.py), but here: an element op whose route is its recorder is
+// recorded by the fast path, any other goes to the Python tracer, element by element.
+
+// The element op of foreach op `info` for calls whose element 0 is `element` (the
+// arguments' kinds key the cache), or nullptr: the Python tracer takes the call.
+const c10::OperatorHandle* element_op(const c10::OperatorHandle& op, OpInfo& info,
+                                      const std::vector<c10::IValue>& element) {
+  std::string kinds;
+  for (const auto& v : element) {
+    kinds.push_back(v.isTensor() ? 'T' : v.isDouble() ? 'd' : v.isInt() ? 'i' : v.isBool() ? 'b'
+                    : v.isNone() ? 'N' : 'o');
+  }
+  auto found = info.elements.find(kinds);
+  if (found != info.elements.end()) return found->second ? &*found->second : nullptr;
+  std::optional<c10::OperatorHandle> resolved;
+  const auto& schema = op.schema();
+  PyObject* args;
+  PyObject* kwargs;
+  auto convert = [&](size_t i, const c10::IValue& v) { return to_python(schema.arguments()[i], v); };
+  if (R.element_op != nullptr &&
+      box_arguments(info, schema, element.data(), element.size(), convert, nullptr, &args, &kwargs)) {
+    PyObject* got = PyObject_CallFunctionObjArgs(R.element_op, info.func, args, kwargs, nullptr);
+    Py_DECREF(args);
+    Py_DECREF(kwargs);
+    if (got != nullptr && got != Py_None) {
+      // (qualified name, overload name)
+      const char* name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(got, 0));
+      const char* overload = PyUnicode_AsUTF8(PyTuple_GET_ITEM(got, 1));
+      if (name != nullptr && overload != nullptr) {
+        resolved = c10::Dispatcher::singleton().findOp(c10::OperatorName(name, overload));
+      }
+    }
+    Py_XDECREF(got);
+  }
+  PyErr_Clear();
+  if (resolved) {
+    // Element calls pass the foreach call's arguments position by position, and the
+    // element op's defaults for the rest: its schema must take them so.
+    const auto& args_of = resolved->schema().arguments();
+    const auto& foreach_args = schema.arguments();
+    bool fits = args_of.size() >= foreach_args.size() && resolved->schema().returns().size() == 1 &&
+                !resolved->schema().is_mutable();
+    for (size_t i = 0; fits && i < args_of.size(); i++) {
+      if (i >= foreach_args.size()) {
+        fits = args_of[i].default_value().has_value();
+      } else if (foreach_args[i].kwarg_only()) {  // (`alpha`)
+        fits = args_of[i].kwarg_only() && args_of[i].name() == foreach_args[i].name();
+      }  // (a positional one may be a keyword of the element op: addcmul's `value`)
+    }
+    if (!fits) resolved.reset();
+  }
+  auto& slot = info.elements[kinds];
+  slot = resolved;
+  return slot ? &*slot : nullptr;
+}
+
+// Splits the functional foreach call on the stack into element calls and pushes their
+// results; false (the stack as it was) if the Python tracer must take it.
+bool foreach_route(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* stack) {
+  const auto& schema = op.schema();
+  size_t n = schema.arguments().size();
+  const c10::IValue* args = stack->data() + stack->size() - n;
+  size_t count = 0;
+  bool seen = false;
+  for (size_t i = 0; i < n; i++) {
+    if (!info.list_args[i]) continue;
+    if (!args[i].isList()) return false;
+    size_t size = args[i].toListRef().size();
+    if (seen && size != count) return false;  // (the Python tracer raises PyTorch's error)
+    count = size;
+    seen = true;
+  }
+  if (count == 0) return false;
+  std::vector<c10::IValue> element(n);
+  for (size_t i = 0; i < n; i++) element[i] = info.list_args[i] ? args[i].toListRef()[0] : args[i];
+  const c10::OperatorHandle* element_handle = element_op(op, info, element);
+  if (element_handle == nullptr) return false;
+  OpInfo& element_info = op_info(*element_handle);
+  const auto& element_args = element_handle->schema().arguments();
+  // (element calls push onto the same stack, which may move: the call's own arguments
+  // are taken off it first)
+  auto arguments = torch::jit::pop(*stack, n);
+  c10::List<at::Tensor> results;
+  results.reserve(count);
+  for (size_t k = 0; k < count; k++) {
+    for (size_t i = 0; i < n; i++) {
+      stack->push_back(info.list_args[i] ? arguments[i].toListRef()[k] : arguments[i]);
+    }
+    for (size_t i = n; i < element_args.size(); i++) stack->push_back(*element_args[i].default_value());
+    if (!(element_info.leaf && fast_path && record_fast(*element_handle, element_info, stack))) {
+      call_python(*element_handle, element_info, stack);
+    }
+    results.push_back(stack->back().toTensor());
+    stack->pop_back();
+  }
+  stack->emplace_back(std::move(results));
+  return true;
+}
+
 // ------------------------------------------------------------ the kernel
 
 std::vector<std::unique_ptr<torch::Library>> libraries;
@@ -919,9 +1073,9 @@ void entry(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (!python_alive()) TORCH_CHECK(false, "lazy_mlir: Python is shutting down");
   Gil gil;
   OpInfo& info = op_info(op);
-  if (info.leaf && fast_path) {
+  if ((info.leaf || info.foreach) && fast_path) {
     auto began = std::chrono::steady_clock::now();
-    if (record_fast(op, info, stack)) {
+    if (info.leaf ? record_fast(op, info, stack) : foreach_route(op, info, stack)) {
       if (python_depth == 0) {
         fast_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
       }
@@ -974,6 +1128,15 @@ PyObject* configure(PyObject*, PyObject* args) {
     return nullptr;
   }
   configured = true;
+  Py_RETURN_NONE;
+}
+
+// configure_foreach(element_op): `element_op(func, args, kwargs)` -> (name, overload) of
+// the element op of foreach op `func` called with element 0's arguments, or None.
+PyObject* configure_foreach(PyObject*, PyObject* element_op) {
+  Py_INCREF(element_op);
+  Py_XDECREF(R.element_op);
+  R.element_op = element_op;
   Py_RETURN_NONE;
 }
 
@@ -1136,6 +1299,7 @@ PyObject* set_fast_path(PyObject*, PyObject* on) {
 PyMethodDef methods[] = {
     {"set_fast_path", set_fast_path, METH_O, nullptr},
     {"configure", configure, METH_VARARGS, nullptr},
+    {"configure_foreach", configure_foreach, METH_O, nullptr},
     {"register_kernels", register_kernels, METH_NOARGS, nullptr},
     {"make", make, METH_O, nullptr},
     {"value_of", value_of, METH_O, nullptr},

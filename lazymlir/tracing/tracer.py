@@ -120,6 +120,15 @@ def native_op(func):
     return leaf, func._schema.name in SCALAR_INPUT_OPS, recording.node_op(func)
 
 
+def native_foreach(func, args, kwargs):
+    """For the C++ entry, once per functional foreach overload and argument kinds: the
+    (qualified name, overload name) of its element op, given element 0's arguments."""
+    overload = functional.element_op(func, args, kwargs)
+    if overload is None:
+        return None
+    return overload._schema.name, overload._schema.overload_name
+
+
 def install_kernels() -> int:
     """Make the C++ entry the PrivateUse1 kernel of every op without one (and the
     backend fallback); the number of kernels registered."""
@@ -128,6 +137,7 @@ def install_kernels() -> int:
 
 native.load().configure(LazyTensor, LazyValue, Node, node_ids, native_entry, native_op,
                         recording.native_shape_entry, vars(session), recording.NO_KWARGS)
+native.load().configure_foreach(native_foreach)
 # Functionalization's meta check of in-place _foreach_ ops, in microseconds
 # (foreach_meta.py).
 foreach_meta.install()

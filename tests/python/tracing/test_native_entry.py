@@ -169,3 +169,68 @@ def test_training_matches_eager_and_compiles_once():
     for p, q in zip(eager.parameters(), lazy.parameters()):
         torch.testing.assert_close(q.cpu(), p.detach(), rtol=1e-5, atol=1e-6)
     assert_no_fallback()
+
+
+def _foreach_calls(tensors):
+    """Every kind of functional foreach call the C++ entry splits itself (lists of
+    tensors and of numbers, a number, `alpha` and `value` keywords), and in-place forms."""
+    a, b, c = tensors
+    n = len(a)
+    out = [
+        *torch._foreach_add(a, b, alpha=0.5), *torch._foreach_add(a, 2.0),
+        *torch._foreach_add(a, [float(i) for i in range(n)]), *torch._foreach_sub(a, b),
+        *torch._foreach_mul(a, 0.9), *torch._foreach_mul(a, b), *torch._foreach_div(a, 3),
+        *torch._foreach_div(a, [1.5] * n), *torch._foreach_sqrt(torch._foreach_abs(a)),
+        *torch._foreach_addcmul(a, b, c, value=0.25), *torch._foreach_addcmul(a, b, b),
+        *torch._foreach_addcdiv(a, b, torch._foreach_add(c, 3.0), [-0.1] * n),
+        *torch._foreach_lerp(a, b, 0.1), *torch._foreach_lerp(a, b, 0.75),
+        *torch._foreach_lerp(a, b, c), *torch._foreach_maximum(a, b),
+        *torch._foreach_clamp_min(a, -0.5), *torch._foreach_pow(torch._foreach_abs(a), 2.0),
+        *torch._foreach_neg(a), *torch._foreach_exp(a),
+    ]
+    inplace = [t.clone() for t in a]
+    torch._foreach_mul_(inplace, 0.5)
+    torch._foreach_addcmul_(inplace, b, b, value=-0.125)
+    torch._foreach_lerp_(inplace, c, 0.25)
+    return out + inplace
+
+
+def _foreach_inputs(device=None):
+    torch.manual_seed(0)
+    shapes = [(3, 4), (5,), (2, 2, 2), ()]
+    lists = [[torch.randn(s) for s in shapes] for _ in range(3)]
+    return [[t.to(device) for t in ts] for ts in lists] if device else lists
+
+
+def test_foreach_calls_record_the_python_tracers_documents_and_eagers_values():
+    """Functional foreach calls are split into element calls by the C++ entry: the
+    same documents as the Python tracer's foreach route, eager's values, no fallback."""
+    fast = _foreach_calls(_foreach_inputs(DEVICE))
+    with native.python_recording():
+        python = _foreach_calls(_foreach_inputs(DEVICE))
+    assert _document(fast) == _document(python)
+    want = _foreach_calls(_foreach_inputs())
+    for got, expected in zip(fast, want, strict=True):
+        torch.testing.assert_close(got.cpu(), expected, rtol=1.3e-6, atol=1e-6, equal_nan=True)
+    assert_no_fallback()
+
+
+def test_foreach_elements_do_not_enter_python(monkeypatch):
+    """After the first call, a foreach call whose element op is recorded by the C++
+    entry reaches the Python tracer not once."""
+    a, b, _ = _foreach_inputs(DEVICE)
+    torch._foreach_add(torch._foreach_mul(a, 0.9), b, alpha=2)
+    entries = count_python_entries(monkeypatch)
+    for _ in range(5):
+        a = torch._foreach_add(torch._foreach_mul(a, 0.9), b, alpha=2)
+        torch._foreach_mul_(a, 1.5)
+    assert entries == []
+    monkeypatch.undo()
+
+
+def test_foreach_errors_are_pytorchs():
+    a, b, _ = _foreach_inputs(DEVICE)
+    with pytest.raises(RuntimeError, match="same length|same number"):
+        torch._foreach_add(a, b[:2])
+    with pytest.raises(RuntimeError, match="broadcast|size of tensor"):
+        torch._foreach_add(a, list(reversed(b)))
