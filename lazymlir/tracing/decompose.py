@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from ..lowering.front import decompositions
+from ..lowering.front import decompositions, late_decompositions
 from .recording import KWARGS_SEPARATOR, record
 from .trace_state import state
 from .values import (LazyTensor, LazyValue, Node, is_lazy, meta_like, node_seq_mark, signature,
@@ -32,25 +32,17 @@ aten = torch.ops.aten
 
 _DECOMPOSITIONS = None
 
-# Ops torch-mlir lowers directly: decomposing them would only make graphs
-# larger (torch-mlir decomposes internally where it must).
-_KEEP = {
-    aten._to_copy.default, aten.addmm.default, aten._log_softmax.default,
-    aten._softmax.default, aten.native_layer_norm.default, aten.gelu.default,
-    aten.arange.start_step, aten.full.default, aten.empty.memory_format,
-}
-
 
 def table():
-    """torch-mlir's decomposition table (what its FX path applies before import)."""
+    """The decompositions the tracer applies as it records: torch-mlir's table and
+    lazymlir's (lowering.front.decompositions.tracing_table), except the ones the
+    `torch` stage applies to whole ops (lowering.front.late_decompositions: the
+    optimizers' element ops, recorded by the C++ entry)."""
     global _DECOMPOSITIONS
     if _DECOMPOSITIONS is None:
-        from torch_mlir.extras.fx_decomp_util import get_decomposition_table
-
-        ops = dict(get_decomposition_table())
-        for op in _KEEP:
+        ops = dict(decompositions.tracing_table())
+        for op in late_decompositions.LATE:
             ops.pop(op, None)
-        ops.update(decompositions.TABLE)
         _DECOMPOSITIONS = ops
     return _DECOMPOSITIONS
 

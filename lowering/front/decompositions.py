@@ -137,3 +137,31 @@ TABLE.update(layers.TABLE)
 
 # FFTs as DFT matmuls, up to a length (fft.py).
 TABLE.update(fft.TABLE)
+
+
+# Ops torch-mlir lowers directly: the lazy device's tracer records them whole
+# (decomposing them would only make graphs larger; torch-mlir decomposes internally
+# where it must).
+KEEP = {
+    aten._to_copy.default, aten.addmm.default, aten._log_softmax.default,
+    aten._softmax.default, aten.native_layer_norm.default, aten.gelu.default,
+    aten.arange.start_step, aten.full.default, aten.empty.memory_format,
+}
+
+_TRACING_TABLE = None
+
+
+def tracing_table() -> dict:
+    """The lazy device's decompositions: torch-mlir's table (what its FX path applies
+    before import) without KEEP, plus TABLE. The tracer applies them as it records,
+    except late_decompositions.LATE's, which the `torch` stage applies."""
+    global _TRACING_TABLE
+    if _TRACING_TABLE is None:
+        from torch_mlir.extras.fx_decomp_util import get_decomposition_table
+
+        ops = dict(get_decomposition_table())
+        for op in KEEP:
+            ops.pop(op, None)
+        ops.update(TABLE)
+        _TRACING_TABLE = ops
+    return _TRACING_TABLE

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from . import (as_strided, complex_ops, empty_results, fx_graph, negative_dims,
-               number_operands, numerics, symbolic)
+from . import (as_strided, complex_ops, empty_results, fx_graph, late_decompositions,
+               negative_dims, number_operands, numerics, symbolic)
 from ..bufferize import graph_inputs
 from ..mlir_runner import TORCH_MLIR, print_module, run_pipeline
 
@@ -29,6 +29,9 @@ def import_fx(fx_text: str):
     gm = fx_graph.to_graph_module(graph)
     if symbolic.is_dynamic(graph):  # views between symbolic shapes (symbolic.py)
         gm = symbolic.reshape_through_flat(gm)
+    # Ops the lazy device records whole, decomposed as its tracer would have
+    # (late_decompositions.py), before any rewrite looks at their pieces.
+    gm = late_decompositions.apply(gm)
     gm = numerics.apply(gm)
     negative_dims.normalize(gm)  # scatter(-1, ...) crashed torch-mlir (negative_dims.py)
     number_operands.rewrite(gm)  # sub(2, t) does not import (number_operands.py)
