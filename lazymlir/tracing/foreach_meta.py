@@ -10,21 +10,18 @@ element, and each element's meta kernel is a Python reference implementation
 ~100-150 us per element. An AdamW step on a small GPT runs ~10 such ops over ~30
 parameters each: the check was the largest single cost of tracing the step.
 
-The kernels here answer the common case in a few microseconds and leave every other
-case to the composite kernel unchanged: when every tensor argument of an element has
-its `self`'s shape and (real floating) dtype, all scalars are real numbers and no
-size is symbolic, the in-place op cannot fail any of those checks (no broadcast, no
-promotion beyond `self`'s dtype), so there is nothing to run on meta tensors.
-A single tensor argument (the `.Tensor` overloads' scalar tensor) always takes the
-composite path.
+The kernels (C++: native_entry.cpp's `foreach_meta`) answer the common case at once and
+leave every other case to the composite kernel unchanged: when every tensor argument of
+an element has its `self`'s shape and (real floating) dtype, all scalars are real
+numbers and no size is symbolic, the in-place op cannot fail any of those checks (no
+broadcast, no promotion beyond `self`'s dtype), so there is nothing to run on meta
+tensors. A single tensor argument (the `.Tensor` overloads' scalar tensor) always takes
+the composite path. (They were Python kernels until 2026-11-28: ~1 us an element.)
 """
 
 from __future__ import annotations
 
-import torch
-
-_FLOATING = frozenset({torch.float32, torch.float64, torch.float16, torch.bfloat16})
-_SCALARS = (int, float, bool)
+from . import native
 
 # The in-place foreach overloads given the fast kernel: those optimizers use (any
 # overload name listed here that this PyTorch lacks is skipped).
@@ -46,64 +43,25 @@ OPS = (
     "_foreach_exp_.default", "_foreach_log_.default", "_foreach_abs_.default",
 )
 
-_library = None  # the torch.library.Library holding the kernels (kept alive: registered)
-
-
-def trivially_valid(args, kwargs) -> bool:
-    """Whether the in-place foreach call `args`/`kwargs` passes the meta check without
-    running it: per element, every tensor has `self`'s shape and floating dtype."""
-    selfs = args[0]
-    count = len(selfs)
-    for t in selfs:
-        if t.dtype not in _FLOATING or t._has_symbolic_sizes_strides:
-            return False
-    for a in (*args[1:], *kwargs.values()) if kwargs else args[1:]:
-        if type(a) in _SCALARS:
-            continue
-        if type(a) is not list and type(a) is not tuple or len(a) != count:
-            return False  # a single tensor (or anything unexpected): the composite decides
-        for s, v in zip(selfs, a):
-            if type(v) in _SCALARS:
-                continue
-            if not isinstance(v, torch.Tensor) or v.dtype is not s.dtype \
-                    or v._has_symbolic_sizes_strides or v.shape != s.shape:
-                return False
-    return True
-
-
-def _kernel(op):
-    composite = op._op_dk
-    key = torch._C.DispatchKey.CompositeExplicitAutograd
-
-    def meta(*args, **kwargs):
-        if trivially_valid(args, kwargs):
-            return None  # in-place foreach ops return nothing
-        return composite(key, *args, **kwargs)
-    return meta
+_installed = False
 
 
 def install() -> None:
     """Register the Meta kernels (once per process). An op that already has a Meta
     kernel of its own (a later PyTorch) keeps it."""
-    global _library
-    if _library is not None:
-        return
-    library = torch.library.Library("aten", "IMPL", "Meta")
-    for qualified in OPS:
-        name, _, overload = qualified.partition(".")
-        packet = getattr(torch.ops.aten, name, None)
-        if packet is None or overload not in packet.overloads():
-            continue
-        schema_name = f"aten::{name}" + ("" if overload == "default" else f".{overload}")
-        if torch._C._dispatch_has_kernel_for_dispatch_key(schema_name, "Meta"):
-            continue
-        library.impl(schema_name.removeprefix("aten::"), _kernel(getattr(packet, overload)))
-    _library = library
+    global _installed
+    if not _installed:
+        native.load().install_foreach_meta([f"aten::{name}" for name in OPS])
+        _installed = True
 
 
 def uninstall() -> None:
     """Unregister the kernels (benchmarks compare with PyTorch's own path)."""
-    global _library
-    if _library is not None:
-        _library._destroy()
-        _library = None
+    global _installed
+    native.load().uninstall_foreach_meta()
+    _installed = False
+
+
+def counts() -> tuple[int, int]:
+    """(calls the kernels found trivially valid, calls they gave the composite kernel)."""
+    return native.load().foreach_meta_stats()

@@ -1086,6 +1086,108 @@ void entry(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 }
 
 
+// ------------------------------------------------------------ in-place foreach meta check
+// Functionalization runs an in-place op on meta tensors before it records the
+// functional form, to raise the errors only the in-place form has (a broadcast that
+// would grow `self`, a result dtype that cannot be cast back). In-place `_foreach_` ops
+// have no Meta kernel: their composite kernel runs per element the Python reference
+// meta kernels (~100 us an element). When every tensor of an element has its `self`'s
+// shape and floating dtype and every number is real, the in-place op cannot fail those
+// checks: this kernel returns at once; otherwise it runs the composite kernel
+// (tracing/foreach_meta.py lists the ops).
+
+std::unique_ptr<torch::Library> foreach_meta_library;
+std::atomic<int64_t> foreach_meta_counts[2];  // [trivially valid, composite]
+
+inline bool real_number(const c10::IValue& v) { return v.isDouble() || v.isInt() || v.isBool(); }
+
+inline bool floating(at::ScalarType t) {
+  return t == at::kFloat || t == at::kDouble || t == at::kHalf || t == at::kBFloat16;
+}
+
+bool foreach_trivially_valid(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  size_t n = op.schema().arguments().size();
+  const c10::IValue* args = stack.data() + stack.size() - n;
+  if (n == 0 || !args[0].isList()) return false;
+  const auto& selfs = args[0].toListRef();
+  for (const auto& v : selfs) {
+    if (!v.isTensor()) return false;
+    const at::Tensor& t = v.toTensor();
+    if (!floating(t.scalar_type()) || t.unsafeGetTensorImpl()->has_symbolic_sizes_strides()) {
+      return false;
+    }
+  }
+  for (size_t i = 1; i < n; i++) {
+    if (real_number(args[i])) continue;
+    if (!args[i].isList()) return false;  // a single tensor (`.Tensor` overloads), None...
+    const auto& list = args[i].toListRef();
+    if (list.size() != selfs.size()) return false;
+    for (size_t k = 0; k < list.size(); k++) {
+      if (real_number(list[k])) continue;
+      if (!list[k].isTensor()) return false;
+      const at::Tensor& t = list[k].toTensor();
+      const at::Tensor& self = selfs[k].toTensor();
+      if (t.scalar_type() != self.scalar_type() ||
+          t.unsafeGetTensorImpl()->has_symbolic_sizes_strides() || t.sizes() != self.sizes()) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+void foreach_meta(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  if (foreach_trivially_valid(op, *stack)) {
+    foreach_meta_counts[0]++;
+    torch::jit::drop(*stack, op.schema().arguments().size());  // (in-place: no returns)
+    return;
+  }
+  foreach_meta_counts[1]++;
+  op.callBoxedForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd, *stack);
+}
+
+// install_foreach_meta([name, ...]) -> how many Meta kernels it registered ("aten::x_.y"
+// names; ops missing here, or with a Meta kernel of their own, are skipped).
+// uninstall_foreach_meta() removes them (benchmarks compare with PyTorch's own path).
+PyObject* install_foreach_meta(PyObject*, PyObject* names) {
+  HANDLE_TH_ERRORS
+  if (foreach_meta_library) return PyLong_FromLong(0);
+  auto library = std::make_unique<torch::Library>(torch::Library::IMPL, "aten",
+                                                  c10::DispatchKey::Meta, __FILE__, __LINE__);
+  long count = 0;
+  py::list list = py::reinterpret_borrow<py::list>(names);
+  for (const auto& item : list) {
+    std::string qualified = py::cast<std::string>(item);
+    auto dot = qualified.find('.');
+    std::string name = qualified.substr(0, dot);
+    std::string overload = dot == std::string::npos ? "" : qualified.substr(dot + 1);
+    if (overload == "default") overload = "";  // (Python's name of the unnamed overload)
+    auto handle = c10::Dispatcher::singleton().findOp(c10::OperatorName(name, overload));
+    if (!handle || handle->hasKernelForDispatchKey(c10::DispatchKey::Meta) ||
+        !handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd)) {
+      continue;
+    }
+    std::string unqualified = name.substr(std::string("aten::").size());
+    if (!overload.empty()) unqualified += "." + overload;
+    library->impl(unqualified.c_str(), torch::CppFunction::makeFromBoxedFunction<&foreach_meta>());
+    count++;
+  }
+  foreach_meta_library = std::move(library);
+  return PyLong_FromLong(count);
+  END_HANDLE_TH_ERRORS
+}
+
+PyObject* uninstall_foreach_meta(PyObject*, PyObject*) {
+  foreach_meta_library.reset();
+  Py_RETURN_NONE;
+}
+
+// foreach_meta_counts() -> (calls found trivially valid, calls given to the composite).
+PyObject* foreach_meta_stats(PyObject*, PyObject*) {
+  return Py_BuildValue("(LL)", static_cast<long long>(foreach_meta_counts[0].load()),
+                       static_cast<long long>(foreach_meta_counts[1].load()));
+}
+
 // ------------------------------------------------------------ the module
 
 PyObject* configure(PyObject*, PyObject* args) {
@@ -1300,6 +1402,9 @@ PyMethodDef methods[] = {
     {"set_fast_path", set_fast_path, METH_O, nullptr},
     {"configure", configure, METH_VARARGS, nullptr},
     {"configure_foreach", configure_foreach, METH_O, nullptr},
+    {"install_foreach_meta", install_foreach_meta, METH_O, nullptr},
+    {"uninstall_foreach_meta", uninstall_foreach_meta, METH_NOARGS, nullptr},
+    {"foreach_meta_stats", foreach_meta_stats, METH_NOARGS, nullptr},
     {"register_kernels", register_kernels, METH_NOARGS, nullptr},
     {"make", make, METH_O, nullptr},
     {"value_of", value_of, METH_O, nullptr},

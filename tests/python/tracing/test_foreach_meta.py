@@ -17,15 +17,31 @@ def _meta(*shape, dtype=torch.float32):
     return torch.empty(*shape, dtype=dtype, device="meta")
 
 
+def _taken(call) -> tuple[int, int]:
+    """How many of `call`'s in-place foreach calls the fast kernels found trivially
+    valid, and how many they gave the composite kernel (which may raise)."""
+    before = foreach_meta.counts()
+    try:
+        call()
+    except RuntimeError:
+        pass
+    after = foreach_meta.counts()
+    return after[0] - before[0], after[1] - before[1]
+
+
 def test_trivially_valid_only_for_same_shapes_and_floating_dtypes():
+    """The kernels (on meta tensors, as functionalization calls them) answer at once
+    only where the in-place op cannot fail; other calls run the composite kernel."""
     a, b = [_meta(3, 4), _meta(5)], [_meta(3, 4), _meta(5)]
-    assert foreach_meta.trivially_valid((a, b), {"alpha": 2})
-    assert foreach_meta.trivially_valid((a, b, b, [0.5, 0.25]), {})
-    assert not foreach_meta.trivially_valid((a, [_meta(2, 3, 4), _meta(5)]), {})
-    assert not foreach_meta.trivially_valid(([_meta(3, dtype=torch.int64)], 2), {})
-    assert not foreach_meta.trivially_valid((a, 1j), {})            # complex scalar
-    assert not foreach_meta.trivially_valid((a, torch.tensor(2.0)), {})  # .Tensor overload
-    assert not foreach_meta.trivially_valid((a, [_meta(3, 4)]), {})   # length mismatch
+    assert _taken(lambda: torch._foreach_add_(a, b, alpha=2)) == (1, 0)
+    assert _taken(lambda: torch._foreach_addcdiv_(a, b, b, [0.5, 0.25])) == (1, 0)
+    assert _taken(lambda: torch._foreach_mul_(a, 3)) == (1, 0)
+    assert _taken(lambda: torch._foreach_sqrt_(a)) == (1, 0)
+    assert _taken(lambda: torch._foreach_add_(a, [_meta(2, 3, 4), _meta(5)])) == (0, 1)
+    assert _taken(lambda: torch._foreach_add_([_meta(3, dtype=torch.int64)], 2)) == (0, 1)
+    assert _taken(lambda: torch._foreach_mul_(a, 1j)) == (0, 1)  # a complex number
+    assert _taken(lambda: torch._foreach_add_(a, [_meta(3, 4), _meta(5, dtype=torch.float64)])) \
+        == (0, 1)
 
 
 @pytest.mark.parametrize("call", [
