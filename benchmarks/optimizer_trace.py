@@ -29,9 +29,8 @@ process, for the MLP (SGD) and GPT (AdamW) steps: each round traces one step eac
 then `mark_step(); wait()`; medians over `--steps` rounds, written to
 benchmarks/results/<today>/<label>.md. Variants: `foreach-dispatcher` (a `_foreach_`
 op's element ops go back through PyTorch's dispatcher, as before
-tracing/functional.py called the tracer's entry for them), `float-keyed-templates`
-(addcdiv's and addcmul's templates keyed by their `value`, as before
-tracing/decompose.py took it as an argument), `detached-parameters` (a second model
+tracing/functional.py called the tracer's entry for them; with the C++ entry's
+foreach route only where the Python tracer takes the call), `detached-parameters` (a second model
 whose parameters stay views of a detached base after `.to("lazy_mlir")`, as before
 lazymlir/module_moves.py made them bases).
 """
@@ -106,7 +105,6 @@ def foreach_addcmul_us(rounds: int = 60) -> float:
 
 
 VARIANTS = {"foreach-dispatcher": ("lazymlir.tracing.functional", "DIRECT_ELEMENTS", False),
-            "float-keyed-templates": ("lazymlir.tracing.decompose", "FLOAT_ARGUMENTS", False),
             "detached-parameters": ("lazymlir.module_moves", "REBASE", False)}
 # Variants that hold at the module move: a second model is moved with the variant on.
 _AT_MOVE = {"detached-parameters"}

@@ -71,24 +71,10 @@ SHAPE_GENERIC = {
 }
 
 
-# Decompositions whose float `value` keyword is only an operand of the arithmetic they
-# record (PyTorch's references: `self + value * tensor1 * tensor2` and `... / tensor2`,
-# no branch on it): their templates take that float as an argument, as they take
-# tensors, so a value that changes every step (AdamW's step size in addcdiv) replays
-# one template instead of capturing one per value.
-FLOAT_ARGUMENT_OPS = {aten.addcdiv.default, aten.addcmul.default}
-FLOAT_ARGUMENTS = True  # False: keyed by value as other floats (benchmarks compare)
-
-
-class _FloatArgument:
-    """In a template key: the float argument's place (its value is not part of the key)."""
-
-
 def decomposer(func, decomposition):
     """The route of `func`, an op that `decomposition` decomposes."""
     templates: dict = {}
     families = _SizeFamilies() if func in SHAPE_GENERIC else None
-    float_argument = func in FLOAT_ARGUMENT_OPS
 
     def run(f, args, kwargs):
         out = decomposition(*args, **kwargs)
@@ -99,25 +85,18 @@ def decomposer(func, decomposition):
             return run(f, args, kwargs)
         # The default dtype: a decomposition may read it (factories without a dtype).
         key, inputs = [torch.get_default_dtype()], []
-        value = kwargs.get("value") if float_argument and FLOAT_ARGUMENTS else None
         try:
-            if type(value) is float:
-                _arguments_key(args, {**kwargs, "value": _FloatArgument}, key, inputs)
-            else:
-                value = None
-                _arguments_key(args, kwargs, key, inputs)
+            _arguments_key(args, kwargs, key, inputs)
             if len({id(v) for v in inputs}) != len(inputs):
-                # One value in two argument places (AdamW's addcmul(v, grad, grad)): the
-                # template ties them together, so it serves only calls that repeat
-                # values in the same places; the key says which.
+                # One value in two argument places (mse_loss(x, x)): the template ties
+                # them together, so it serves only calls that repeat values in the
+                # same places; the key says which.
                 first: dict = {}
                 key.append(tuple(first.setdefault(id(v), n) for n, v in enumerate(inputs)))
             key = tuple(key)
             template = templates.get(key)
         except (TypeError, _NoTemplate):  # unhashable or host-tensor arguments
             return run(f, args, kwargs)
-        if value is not None:
-            inputs.append(value)  # the template's last argument (_capture)
         if template is not None:
             return _replay(template, inputs)
         if families is not None:
@@ -135,7 +114,7 @@ def decomposer(func, decomposition):
         finally:
             state.capture_start = -1
         if state.impure == impure:
-            template = _capture(start, inputs, out, value is not None)
+            template = _capture(start, inputs, out)
             if template is not None:
                 if len(templates) >= _TEMPLATE_LIMIT:
                     templates.clear()
@@ -289,15 +268,10 @@ def _canonical(template) -> tuple:
                   for op, args, kwargs, metas, _sigs, _token in steps), plain(out))
 
 
-def _capture(start: int, inputs: list, out, float_argument: bool = False):
-    """The template of what a decomposition recorded after node `start`, or None.
-    `float_argument`: the last of `inputs` is a float (FLOAT_ARGUMENT_OPS), whose
-    occurrences in the nodes become references to it (by value: the dispatcher hands
-    the recorder a float of its own); None if it occurs nowhere."""
+def _capture(start: int, inputs: list, out):
+    """The template of what a decomposition recorded after node `start`, or None."""
     position = {}  # id(value) or (seq, output) -> position in the replay's values
-    floats = {inputs[-1].hex(): len(inputs) - 1} if float_argument else {}
-    used = []
-    for i, value in enumerate(inputs[:-1] if float_argument else inputs):
+    for i, value in enumerate(inputs):
         position.setdefault(id(value), i)
     nodes = {}
     stack = []
@@ -342,9 +316,6 @@ def _capture(start: int, inputs: list, out, float_argument: bool = False):
             return _Ref(i if i is not None else position[(x.node.seq, x.index)])
         if type(x) is list or type(x) is tuple:
             return type(x)(spec(v) for v in x)
-        if type(x) is float and floats and x.hex() in floats:
-            used.append(x)
-            return _Ref(floats[x.hex()])
         return x
 
     steps = []
@@ -364,10 +335,7 @@ def _capture(start: int, inputs: list, out, float_argument: bool = False):
             return tuple(out_spec(v) for v in o)
         return o
 
-    out = out_spec(out)
-    if float_argument and not used:
-        return None  # the float was not recorded as given: no template
-    return steps, out
+    return steps, out_spec(out)
 
 
 def _resolve(x, values: list):

@@ -241,9 +241,10 @@ def test_foreach_elements_skip_the_dispatcher_and_match_eager(monkeypatch):
     assert_no_fallback()
 
 
-def test_addcdiv_with_a_changing_value_replays_one_template(monkeypatch):
-    """AdamW's addcdiv step size changes every step: the template takes the value as an
-    argument (a scalar input of the graph), so later values replay it, and match eager."""
+def test_addcdiv_with_a_changing_value_makes_one_graph(monkeypatch):
+    """AdamW's addcdiv step size changes every step: the op is recorded whole with the
+    value as a scalar input of the graph (decomposed by the torch stage:
+    late_decompositions.py), so later values make the same graph, and match eager."""
     torch.manual_seed(0)
     a, b, c = torch.randn(3, 5), torch.randn(3, 5), torch.rand(3, 5) + 0.5
     la, lb, lc = (t.to(DEVICE) for t in (a, b, c))
@@ -254,7 +255,7 @@ def test_addcdiv_with_a_changing_value_replays_one_template(monkeypatch):
         results.append((value, torch.addcdiv(la, lb, lc, value=value),
                         torch.addcmul(la, lb, lc, value=value)))
     monkeypatch.undo()
-    assert entries == ["aten.addcdiv.default", "aten.addcmul.default"]  # replays
+    assert entries == ["aten.addcdiv.default", "aten.addcmul.default"]
     graphs = set()
     for value, quotient, product in results:
         graph, scalars = _graph_of(quotient, product)
