@@ -284,6 +284,9 @@ struct OpInfo {
   // of element 0's arguments (nullptr: the Python tracer takes such calls).
   bool foreach = false;
   std::vector<bool> list_args;
+  // A view copy recorded as the one view its decomposition records (view_copies.py).
+  enum class Direct : uint8_t { None, T, Transpose, Expand, UnsafeView, Unsqueeze, Identity } direct =
+      Direct::None;
   std::unordered_map<std::string, std::optional<c10::OperatorHandle>> elements;
 };
 
@@ -347,6 +350,21 @@ void mark_foreach(const c10::FunctionSchema& schema, OpInfo& info) {
   info.foreach = any_list;
 }
 
+// The view copies functionalization emits most (a GPT step: ~90 `t_copy` and
+// `transpose_copy`, ~30 `detach_copy`), which the C++ entry records as
+// tracing/view_copies.py and special_ops.py's `_identity` do (direct_route below).
+void mark_direct(const c10::FunctionSchema& schema, OpInfo& info) {
+  using D = OpInfo::Direct;
+  static const std::unordered_map<std::string, D> table = {
+      {"aten::t_copy", D::T},          {"aten::transpose_copy.int", D::Transpose},
+      {"aten::expand_copy", D::Expand}, {"aten::_unsafe_view", D::UnsafeView}, {"aten::unsqueeze_copy", D::Unsqueeze},
+      {"aten::detach_copy", D::Identity}, {"aten::alias_copy", D::Identity}};
+  std::string name = schema.name();
+  if (!schema.overload_name().empty()) name += "." + schema.overload_name();
+  auto found = table.find(name);
+  if (found != table.end()) info.direct = found->second;
+}
+
 OpInfo& op_info(const c10::OperatorHandle& op) {
   const c10::FunctionSchema* schema = &op.schema();
   auto found = ops.find(schema);
@@ -385,6 +403,7 @@ OpInfo& op_info(const c10::OperatorHandle& op) {
     if (argument.alias_info() != nullptr) info->leaf = false;
   }
   mark_foreach(*schema, *info);
+  mark_direct(*schema, *info);
   return *ops.emplace(schema, std::move(info)).first->second;
 }
 
@@ -859,6 +878,81 @@ void call_python(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack*
   }
 }
 
+// ------------------------------------------------------------ direct view copies
+// What tracing/view_copies.py records for `t_copy`, `transpose_copy`, `expand_copy` and
+// `_unsafe_view` (the one view their decompositions record: a `permute`, an `alias`, an
+// `expand`, a `view`, through the `*_copy` op whose Node records that view), what
+// `unsqueeze_copy`'s decomposition records (one `unsqueeze`), and what
+// special_ops.py's `_identity` does for `detach_copy` and `alias_copy` (a new inner
+// tensor of the same value), without a Python frame. A call these do not cover (an
+// unusual argument, an out-of-range dim) goes to the Python tracer, which raises
+// eager's error.
+
+c10::OperatorHandle view_op(const char* name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "");
+}
+
+// Records `target(args...)` for the call on the stack (replaced by it); false (the
+// stack as it was) if the fast path does not take it.
+bool record_as(const c10::OperatorHandle& target, std::vector<c10::IValue> args,
+               torch::jit::Stack* stack, size_t n) {
+  auto original = torch::jit::pop(*stack, n);
+  for (auto& a : args) stack->push_back(std::move(a));
+  if (record_fast(target, op_info(target), stack)) return true;
+  torch::jit::drop(*stack, args.size());
+  for (auto& a : original) stack->push_back(std::move(a));
+  return false;
+}
+
+bool direct_route(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* stack) {
+  using D = OpInfo::Direct;
+  static const c10::OperatorHandle permute = view_op("aten::permute_copy");
+  static const c10::OperatorHandle alias = view_op("aten::alias_copy");
+  static const c10::OperatorHandle view = view_op("aten::view_copy");
+  size_t n = op.schema().arguments().size();
+  const c10::IValue* args = stack->data() + stack->size() - n;
+  if (!args[0].isTensor()) return false;
+  at::Tensor x = args[0].toTensor();
+  LazyImpl* impl = lazy_impl(x);
+  if (impl == nullptr || impl->value == nullptr) return false;
+  int64_t rank = x.dim();
+  switch (info.direct) {
+    case D::Identity: {
+      if (n != 1) return false;
+      Py_INCREF(impl->value);
+      at::Tensor out = make_tensor(x.sizes(), x.dtype(), impl->value);
+      torch::jit::drop(*stack, n);
+      stack->emplace_back(std::move(out));
+      return true;
+    }
+    case D::T:
+      if (rank < 2) return record_as(alias, {x}, stack, n);
+      return record_as(permute, {x, c10::List<int64_t>({1, 0})}, stack, n);
+    case D::Transpose: {
+      if (!args[1].isInt() || !args[2].isInt() || rank == 0) return false;
+      int64_t first = args[1].toInt(), second = args[2].toInt();
+      if (first < -rank || first >= rank || second < -rank || second >= rank) return false;
+      first = (first + rank) % rank;
+      second = (second + rank) % rank;
+      if (first == second) return record_as(alias, {x}, stack, n);
+      c10::List<int64_t> dims;
+      for (int64_t d = 0; d < rank; d++) dims.push_back(d);
+      dims.set(first, second);
+      dims.set(second, first);
+      return record_as(permute, {x, dims}, stack, n);
+    }
+    case D::Expand:  // (`implicit=True`: the Python route's decomposition)
+      if (!args[2].isBool() || args[2].toBool()) return false;
+      return record_fast(op, info, stack);  // (expand_copy's Node records `expand`)
+    case D::UnsafeView:
+      return record_as(view, {x, args[1]}, stack, n);
+    case D::Unsqueeze:  // (its decomposition records `unsqueeze` with the same dim; a dim
+      return record_fast(op, info, stack);  // out of range: the meta kernel refuses it)
+    default:
+      return false;
+  }
+}
+
 // ------------------------------------------------------------ foreach ops
 // Optimizers call `_foreach_` ops (an AdamW step: ~8 per step over every parameter);
 // functionalization hands us their functional forms. Each becomes one element call
@@ -1073,9 +1167,11 @@ void entry(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (!python_alive()) TORCH_CHECK(false, "lazy_mlir: Python is shutting down");
   Gil gil;
   OpInfo& info = op_info(op);
-  if ((info.leaf || info.foreach) && fast_path) {
+  if ((info.leaf || info.foreach || info.direct != OpInfo::Direct::None) && fast_path) {
     auto began = std::chrono::steady_clock::now();
-    if (info.leaf ? record_fast(op, info, stack) : foreach_route(op, info, stack)) {
+    if (info.leaf              ? record_fast(op, info, stack)
+        : info.foreach         ? foreach_route(op, info, stack)
+                               : direct_route(op, info, stack)) {
       if (python_depth == 0) {
         fast_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
       }

@@ -50,7 +50,18 @@ _PROGRAMS = {
         torch.div(torch.ones(4).to(DEVICE), 3.0, rounding_mode="floor"),
         torch.randn(2, 3).to(DEVICE).softmax(-1), torch.randn(3).to(DEVICE).to(torch.float64)],
     "an MLP training step (AdamW)": _mlp_step,
+    "view copies recorded as one view": lambda: _view_copies(torch.randn(3, 4, 2).to(DEVICE)),
 }
+
+
+def _view_copies(x):
+    """t_copy, transpose_copy, expand_copy, _unsafe_view, detach_copy and alias_copy
+    (what functionalization emits for them), each made into arithmetic."""
+    m = x[0]
+    v = torch.randn(3).to(DEVICE)
+    return [m.t() + 1, x.transpose(0, 2) * 2, x.transpose(-1, 1) - 1, x.transpose(1, 1) + 0.5,
+            v.t() * 3, v[:, None].expand(3, 5) + 1, m.detach() * 2,
+            torch.ops.aten.alias(m) + 2, torch.ops.aten._unsafe_view(x, (4, 6)) + 1]
 
 
 @pytest.mark.parametrize("name", list(_PROGRAMS))
@@ -226,6 +237,24 @@ def test_foreach_elements_do_not_enter_python(monkeypatch):
         torch._foreach_mul_(a, 1.5)
     assert entries == []
     monkeypatch.undo()
+
+
+def test_view_copies_match_eager_and_do_not_enter_python(monkeypatch):
+    x = torch.randn(3, 4, 2)
+    lazy = x.to(DEVICE)
+    _view_copies(lazy)
+    entries = count_python_entries(monkeypatch)
+    got = _view_copies(lazy)
+    direct = {"aten.t_copy.default", "aten.transpose_copy.int", "aten.expand_copy.default",
+              "aten._unsafe_view.default", "aten.detach_copy.default", "aten.alias_copy.default"}
+    assert [e for e in entries if e in direct] == []
+    assert len(entries) == 1  # (the host tensor's move to the device)
+    monkeypatch.undo()
+    torch.manual_seed(0)
+    for a, b in zip(got[:4], _view_copies(x)[:4], strict=True):
+        torch.testing.assert_close(a.cpu(), b)
+    with pytest.raises(IndexError):  # out of range: the Python tracer raises eager's error
+        lazy.transpose(0, 3)
 
 
 def test_foreach_errors_are_pytorchs():
