@@ -705,7 +705,19 @@ ShapeEntry* infer_entry(OpInfo& info, const std::string& key, PyObject* args, Py
   return &info.shapes.emplace(key, std::move(entry)).first->second;
 }
 
-PyObject* new_object(PyTypeObject* type) { return type->tp_alloc(type, 0); }
+// A new Node or LazyValue, untracked by Python's garbage collector. A step makes
+// thousands (a GPT step: ~1,700), all alive until its graph runs: tracked, they made
+// every young collection walk them and, promoted to the oldest generation, brought
+// full collections (every object of the process: torch's, torch-mlir's) every few
+// dozen steps, ~10% of a GPT step's CPU time (benchmarks/step_gc.py). They hold no
+// reference cycle a collection would have to break: a Node holds its arguments'
+// values (earlier nodes' outputs), a value its Node, its data, its run (whose
+// reference back is dropped when the run binds or fails) and a traceback-less error.
+PyObject* new_object(PyTypeObject* type) {
+  PyObject* object = type->tp_alloc(type, 0);
+  if (object != nullptr) PyObject_GC_UnTrack(object);
+  return object;
+}
 
 // Records the call on the stack if the fast path takes it; false leaves the stack as it
 // was, with no Python error set.
@@ -1428,6 +1440,18 @@ PyObject* as_lazy(PyObject*, PyObject* object) {
   END_HANDLE_TH_ERRORS
 }
 
+// untrack(object): Python's garbage collector no longer tracks it (Node, LazyValue);
+// track(object): it does again.
+PyObject* untrack(PyObject*, PyObject* object) {
+  if (PyObject_IS_GC(object)) PyObject_GC_UnTrack(object);
+  Py_RETURN_NONE;
+}
+
+PyObject* track(PyObject*, PyObject* object) {
+  if (PyObject_IS_GC(object) && !PyObject_GC_IsTracked(object)) PyObject_GC_Track(object);
+  Py_RETURN_NONE;
+}
+
 PyObject* is_lazy(PyObject*, PyObject* object) {
   return PyBool_FromLong(impl_of(object) != nullptr);
 }
@@ -1507,6 +1531,8 @@ PyMethodDef methods[] = {
     {"set_value", set_value, METH_VARARGS, nullptr},
     {"as_lazy", as_lazy, METH_O, nullptr},
     {"is_lazy", is_lazy, METH_O, nullptr},
+    {"untrack", untrack, METH_O, nullptr},
+    {"track", track, METH_O, nullptr},
     {"live_pending", live_pending, METH_NOARGS, nullptr},
     {"live_tensors", live_tensors, METH_NOARGS, nullptr},
     {"take_trace_time", take_trace_time, METH_NOARGS, nullptr},

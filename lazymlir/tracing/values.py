@@ -32,6 +32,9 @@ DEVICE = "lazy_mlir:0"  # a string: torch.device() needs PrivateUse1 renamed fir
 # the string costs about a microsecond per tensor made.
 TORCH_DEVICE = torch.device("privateuseone", 0)
 _native = native.load()
+# Nodes and values are not tracked by Python's garbage collector (native_entry.cpp's
+# new_object says why): they form no reference cycle.
+_untrack = _native.untrack
 
 node_ids = itertools.count()  # Node.seq (the C++ entry draws from it too)
 
@@ -59,6 +62,7 @@ class Node:
         self.out_metas = out_metas  # meta-device tensors, one per tensor output
         self.seq = next(node_ids)  # creation order = a valid topological order
         self.static = static
+        _untrack(self)  # (as the C++ entry's nodes: native_entry.cpp's new_object says why)
 
 
 _static_tokens = itertools.count(1)
@@ -103,6 +107,7 @@ class LazyValue:
         self.error: BaseException | None = None
         self.sig = signature(meta.shape, meta.dtype) if sig is None else sig
         self.run = None  # execution.runs.Run computing it in the background
+        _untrack(self)  # (as Node's)
 
     @property
     def pending(self) -> bool:
@@ -122,8 +127,11 @@ class LazyValue:
         self.run = None
 
     def failed(self, error: BaseException) -> None:
-        # No traceback kept: it would hold the frames (and their tensors) alive.
+        # No traceback kept: it would hold the frames (and their tensors) alive. The
+        # error's chained exceptions keep theirs, whose frames may hold this value: it
+        # is tracked again, so that a collection can free such a cycle.
         self.error = error.with_traceback(None)
+        _native.track(self)
         self.node = None
         self.run = None
 
