@@ -9,7 +9,7 @@ import logging
 import re
 
 from . import (asserts, bf16_rounding, c_interface, deallocation, entry_blocks, outline, parallel,
-               schedule)
+               schedule, small_math)
 from ..bufferize import buffer_copies
 from ..mlir_runner import UPSTREAM, run_pipeline
 
@@ -189,6 +189,9 @@ def to_llvm(text: str):
             run_pipeline(UPSTREAM, None, bf16_rounding.BF16_ARITHMETIC_PIPELINE, module=module)
             bf16_rounding.round_in_integers(module)
             bf16_rounding.widen_in_integers(module)
+        # expm1/log1p without exp(x) - 1's cancellation (small_math.py).
+        if "math.expm1" in text or "math.log1p" in text:
+            small_math.expand(module)
         # A big graph's entry in blocks: the conversions are quadratic in a block's length.
         entry_blocks.split_entry_blocks(module)
 

@@ -57,6 +57,7 @@ REWRITES = (
     numerics_opmath.opmath,
     numerics_opmath.scalar_opmath,
     numerics_opmath.alpha_opmath,
+    numerics_opmath.elu,
     numerics_exact.widen_bytes,
     numerics_floats.blocked,
     numerics_floats.layer_norm,

@@ -177,3 +177,24 @@ def log_softmax(b: Builder, node: torch.fx.Node):
     total = b(aten.sum.dim_IntList, b(aten.exp.default, shifted), [dim], True)
     return cast(b, b(aten.sub.Tensor, shifted, rounded(b(aten.log.default, rounded(total)))),
                 dtype)
+
+
+def elu(b: Builder, node: torch.fx.Node):
+    """elu (and celu, selu, which PyTorch traces as elu) as eager's kernel: x >= 0 ?
+    x * scale : expm1(x * input_scale) * (alpha * scale), the coefficient computed in the
+    tensor's type (float32 for half types, which `opmath` has already widened).
+    torch-mlir's decomposition computes exp(x) - 1: elu(-1e-39) was 0 (eager -1e-39),
+    and float32 results near zero were 4e-5 off."""
+    if node.target is not aten.elu.default or not is_tensor(node, torch.float32, torch.float64):
+        return None
+    x, *params = node.args
+    params = dict(zip(("alpha", "scale", "input_scale"), params), **node.kwargs)
+    alpha, scale, input_scale = (params.get(k, 1.0) for k in ("alpha", "scale", "input_scale"))
+    if any(isinstance(p, torch.fx.Node) for p in (alpha, scale, input_scale)):
+        return None  # (numbers known only at run time: torch-mlir's decomposition)
+    dtype = meta_val(node).dtype
+    negcoef = float(torch.tensor(alpha, dtype=dtype) * torch.tensor(scale, dtype=dtype))
+    scaled = x if input_scale == 1 else b(aten.mul.Scalar, x, input_scale)
+    negative = b(aten.mul.Scalar, b(aten.expm1.default, scaled), negcoef)
+    positive = x if scale == 1 else b(aten.mul.Scalar, x, scale)
+    return b(aten.where.self, b(aten.ge.Scalar, x, 0), positive, negative)
