@@ -9,7 +9,7 @@ import logging
 import re
 
 from . import (asserts, bf16_rounding, c_interface, deallocation, entry_blocks, outline, parallel,
-               schedule, small_math)
+               schedule)
 from ..bufferize import buffer_copies
 from ..mlir_runner import UPSTREAM, run_pipeline
 
@@ -180,18 +180,9 @@ def to_llvm(text: str):
         noalias.update(outline.noalias_plan(module))
         # Rounding to bfloat16/float16 as eager's, whatever the host's instructions
         # (bf16_rounding.py): double -> bfloat16/float16 through float, half `math`
-        # and bfloat16 arithmetic in float, float -> bfloat16 in integers.
-        if "f16" in text:  # (also "bf16")
-            bf16_rounding.split_double_to_half(module)
-            if "math." in text:
-                run_pipeline(UPSTREAM, None, bf16_rounding.HALF_MATH_PIPELINE, module=module)
-        if "bf16" in text:
-            run_pipeline(UPSTREAM, None, bf16_rounding.BF16_ARITHMETIC_PIPELINE, module=module)
-            bf16_rounding.round_in_integers(module)
-            bf16_rounding.widen_in_integers(module)
-        # expm1/log1p without exp(x) - 1's cancellation (small_math.py).
-        if "math.expm1" in text or "math.log1p" in text:
-            small_math.expand(module)
+        # and bfloat16 arithmetic in float, float -> bfloat16 in integers; expm1 and
+        # log1p without cancellation (small_math.py).
+        bf16_rounding.apply(module, text)
         # A big graph's entry in blocks: the conversions are quadratic in a block's length.
         entry_blocks.split_entry_blocks(module)
 

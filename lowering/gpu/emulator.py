@@ -33,6 +33,7 @@ from mlir import ir, passmanager
 from .emulator_threads import BODY_PREFIX, kernel_to_func
 from .ir import GpuLoweringError, gpu_modules
 from .stages import parse
+from ..cpu import bf16_rounding
 from ..cpu.codegen import build_shared_object
 from ..mlir_runner import PipelineFailure
 
@@ -119,6 +120,10 @@ def emulation_module(gpu_module, verify: bool = False, prefix: str = "") -> str:
                 op.operation.clone(ip=ir.InsertionPoint(module.body))
             else:
                 raise GpuLoweringError(f"emulator: unexpected '{kind}' in a gpu.module")
+        # Rounding to bfloat16/float16 and expm1/log1p as the cpu target's (and eager's;
+        # the PTX's instructions and libdevice round so already): LLVM's own CPU
+        # lowering of `bfloat` depends on the host (cpu/bf16_rounding.py).
+        bf16_rounding.apply(module)
         try:
             passmanager.PassManager.parse(_pipeline(verify)).run(module.operation)
         except ir.MLIRError as error:
