@@ -120,9 +120,10 @@ def emulation_module(gpu_module, verify: bool = False, prefix: str = "") -> str:
                 op.operation.clone(ip=ir.InsertionPoint(module.body))
             else:
                 raise GpuLoweringError(f"emulator: unexpected '{kind}' in a gpu.module")
-        # Rounding to bfloat16/float16 and expm1/log1p as the cpu target's (and eager's;
-        # the PTX's instructions and libdevice round so already): LLVM's own CPU
-        # lowering of `bfloat` depends on the host (cpu/bf16_rounding.py).
+        # Rounding to bfloat16/float16 and expm1/log1p as the cpu target's (eager's):
+        # LLVM's own CPU lowering of `bfloat` depends on the host (cpu/bf16_rounding.py).
+        # The PTX keeps its own: sm_90's `cvt.rn.bf16.f32` keeps subnormals, libdevice
+        # has expm1/log1p (not checked on a GPU, docs/known-issues.md).
         bf16_rounding.apply(module)
         try:
             passmanager.PassManager.parse(_pipeline(verify)).run(module.operation)
