@@ -57,7 +57,7 @@ OPMATH = {
     # Activation.cpp / UnaryOpsKernel.cpp / SoftMaxKernel.cpp: float32 for reduced types.
     aten.gelu.default, aten.sigmoid.default, aten.elu.default, aten.leaky_relu.default,
     aten.softplus.default, aten.hardsigmoid.default, aten.hardswish.default,
-    aten.mish.default, aten.silu.default, aten.logit.default,
+    aten.mish.default, aten.silu.default,
     aten._log_softmax.default, aten._softmax.default,
 }
 
