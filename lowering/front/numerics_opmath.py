@@ -22,6 +22,8 @@ sigmoid, elu, log_softmax) is rounded to the half type. So, for ops on half tens
   (Vectorized<BFloat16>'s fmadd). torch-mlir rounded `alpha * other` before the add.
   A product of two half values is exact in float32, so mul then add in float32 is that
   fma. (`a + 0.1` with no alpha already matched: it is left alone.)
+- `log_softmax` over the last dim: eager rounds the row's sum and its log to the half type.
+- `elu` (any float type): eager's expm1 formula; torch-mlir's exp(x) - 1 lost small values.
 
 Where eager's scalar tail loop (the last elements not filling a vector) computes
 `self + alpha * other` in the half type, eager differs from its own vector loop; these
