@@ -179,14 +179,10 @@ def to_llvm(text: str):
             asserts.flag_asserts(module)
         noalias.update(outline.noalias_plan(module))
         # Rounding to bfloat16/float16 as eager's, whatever the host's instructions
-        # (bf16_rounding.py): double -> bfloat16/float16 through float, bfloat16
-        # arithmetic in float, float -> bfloat16 in integers.
-        if "f16" in text:  # (also "bf16")
-            bf16_rounding.split_double_to_half(module)
-        if "bf16" in text:
-            run_pipeline(UPSTREAM, None, bf16_rounding.BF16_ARITHMETIC_PIPELINE, module=module)
-            bf16_rounding.round_in_integers(module)
-            bf16_rounding.widen_in_integers(module)
+        # (bf16_rounding.py): double -> bfloat16/float16 through float, half `math`
+        # and bfloat16 arithmetic in float, float -> bfloat16 in integers; expm1 and
+        # log1p without cancellation (small_math.py).
+        bf16_rounding.apply(module, text)
         # A big graph's entry in blocks: the conversions are quadratic in a block's length.
         entry_blocks.split_entry_blocks(module)
 

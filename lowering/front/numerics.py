@@ -8,8 +8,10 @@ op's meaning, unsigned dtypes, which result is an index) are lost by the
 `linalg` stage (ui8 becomes signless i8, `maximum` becomes cmpf+select that
 cannot be told apart from a deliberate select).
 
-- Half/bfloat16 reductions accumulate in float32 (eager's accumulate type),
-  and so do pools and fmod;
+- Half/bfloat16 ops eager computes in float32 (pools, fmod, activations,
+  log_softmax, and mul/div by a number, whose value is not rounded to the half
+  type first) are computed in float32 and rounded once (numerics_opmath.py).
+- Half/bfloat16 reductions accumulate in float32 (eager's accumulate type);
   torch-mlir's `sum` adds in f16 and stops at 2048. Long float32 cumsums
   accumulate in float64, as eager's CPU kernel does.
 - uint8 operands of ops whose result depends on signedness (sum, prod,
@@ -30,16 +32,16 @@ cannot be told apart from a deliberate select).
   as signed, True below False; so do accumulating index_put/index_add/
   scatter_add of bools (eager ors them, i1 addition wraps).
 
-The float rules live in numerics_floats.py, the integer, bool and NaN rules in
-numerics_exact.py, the node builder they share in fx_rewrite.py; this module runs
-them in order.
+The float rules live in numerics_floats.py and numerics_opmath.py, the integer, bool
+and NaN rules in numerics_exact.py, the node builder they share in fx_rewrite.py; this
+module runs them in order.
 """
 
 from __future__ import annotations
 
 import torch.fx
 
-from . import numerics_exact, numerics_floats
+from . import numerics_exact, numerics_floats, numerics_opmath
 from .fx_rewrite import Builder, fake_mode, replace
 
 # In this order: a rule sees the nodes the rules before it created.
@@ -51,7 +53,11 @@ REWRITES = (
     numerics_exact.int_scatter_mean,
     numerics_floats.half_tuple_opmath,
     numerics_floats.half_accumulation,
-    numerics_floats.half_opmath,
+    numerics_opmath.log_softmax,
+    numerics_opmath.opmath,
+    numerics_opmath.scalar_opmath,
+    numerics_opmath.alpha_opmath,
+    numerics_opmath.elu,
     numerics_exact.widen_bytes,
     numerics_floats.blocked,
     numerics_floats.layer_norm,

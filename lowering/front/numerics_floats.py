@@ -1,5 +1,5 @@
 """Rewrites that give float arithmetic eager's precision (lowering.front.numerics applies
-them): half/bfloat16 reductions and pools accumulate in float32, long float32 cumsums
+them): half/bfloat16 reductions accumulate in float32, long float32 cumsums
 in float64, long float sums/means and layer_norm statistics are blocked, logcumsumexp
 is computed in blocks, gelu(tanh) follows eager's formula.
 """
@@ -48,26 +48,6 @@ def half_accumulation(b: Builder, node: torch.fx.Node):
     kwargs = {k: v for k, v in node.kwargs.items() if k != "dtype"}
     wide = b(node.target, cast(b, x, wide_type), *node.args[1:], **kwargs)
     return cast(b, wide, meta_val(node).dtype)
-
-
-# Ops whose eager CPU kernel computes half/bfloat16 in float32 (acc/opmath type)
-# and rounds once; torch-mlir computes them in the half type (avg_pool sums a
-# window in f16, fmod rounds x / y before truncating it).
-# _trilinear (bilinear's product) sums products in half in torch-mlir; eager's bmms
-# accumulate in float32 (computed here in one float32 pass and rounded once: eager
-# rounds between its two bmms, so results may differ from eager by that rounding, and
-# are then closer to the exact product).
-_HALF_OPMATH = {aten.avg_pool2d.default, aten.avg_pool3d.default,
-                aten._adaptive_avg_pool2d.default, aten._adaptive_avg_pool3d.default,
-                aten.fmod.Tensor, aten.fmod.Scalar, aten._trilinear.default}
-
-
-def half_opmath(b: Builder, node: torch.fx.Node):
-    if node.target not in _HALF_OPMATH or not is_tensor(node, *HALF_TYPES):
-        return None
-    dtype = meta_val(node).dtype
-    args = tuple(cast(b, a, torch.float32) if is_tensor(a, dtype) else a for a in node.args)
-    return cast(b, b(node.target, *args, **node.kwargs), dtype)
 
 
 def gelu_tanh(b: Builder, node: torch.fx.Node):

@@ -33,6 +33,7 @@ from mlir import ir, passmanager
 from .emulator_threads import BODY_PREFIX, kernel_to_func
 from .ir import GpuLoweringError, gpu_modules
 from .stages import parse
+from ..cpu import bf16_rounding
 from ..cpu.codegen import build_shared_object
 from ..mlir_runner import PipelineFailure
 
@@ -119,6 +120,11 @@ def emulation_module(gpu_module, verify: bool = False, prefix: str = "") -> str:
                 op.operation.clone(ip=ir.InsertionPoint(module.body))
             else:
                 raise GpuLoweringError(f"emulator: unexpected '{kind}' in a gpu.module")
+        # Rounding to bfloat16/float16 and expm1/log1p as the cpu target's (eager's):
+        # LLVM's own CPU lowering of `bfloat` depends on the host (cpu/bf16_rounding.py).
+        # The PTX keeps its own: sm_90's `cvt.rn.bf16.f32` keeps subnormals, libdevice
+        # has expm1/log1p (not checked on a GPU, docs/known-issues.md).
+        bf16_rounding.apply(module)
         try:
             passmanager.PassManager.parse(_pipeline(verify)).run(module.operation)
         except ir.MLIRError as error:

@@ -152,3 +152,52 @@ run("reciprocal$int64", [([4], "int64")], "aten.reciprocal.default", [inp(0)], (
 # CHECK: %[[R:.*]] = torch.aten.div.Tensor %[[ONE]], %[[X]]
 # CHECK-NOT: torch.aten.reciprocal
 # CHECK: return %[[R]]
+
+# numerics_opmath.py: a half tensor times a number is float32 times float(number), rounded
+# once (eager's `original_scalar_value`); torch-mlir rounded 1e-3 to bfloat16 first.
+run("mul$bfloat16_number", [([8], "bfloat16")], "aten.mul.Tensor", [inp(0), {"float": "0.001"}],
+    ([8], "bfloat16"))
+# CHECK-LABEL: TEST: mul$bfloat16_number
+# CHECK: %[[W:.*]] = torch.aten._to_copy %arg0, {{.*}} -> !torch.vtensor<[8],f32>
+# CHECK: %[[M:.*]] = torch.aten.mul.Scalar %[[W]], %{{.*}} : !torch.vtensor<[8],f32>, !torch.float -> !torch.vtensor<[8],f32>
+# CHECK: %[[R:.*]] = torch.aten._to_copy %[[M]], {{.*}} -> !torch.vtensor<[8],bf16>
+# CHECK: return %[[R]]
+
+# add with alpha: alpha rounded to the dtype (0.3 -> 0.30004883), one rounding of the sum.
+run("add$float16_alpha", [([8], "float16"), ([8], "float16")], "aten.add.Tensor",
+    [inp(0), inp(1)], ([8], "float16"), {"alpha": {"float": "0.3"}})
+# CHECK-LABEL: TEST: add$float16_alpha
+# CHECK: %[[X:.*]] = torch.aten._to_copy %arg0, {{.*}} -> !torch.vtensor<[8],f32>
+# CHECK: %[[Y:.*]] = torch.aten._to_copy %arg1, {{.*}} -> !torch.vtensor<[8],f32>
+# CHECK: %[[P:.*]] = torch.aten.mul.Scalar %[[Y]], %float3.000490e-01
+# CHECK: %[[S:.*]] = torch.aten.add.Tensor %[[X]], %[[P]], {{.*}} -> !torch.vtensor<[8],f32>
+# CHECK: torch.aten._to_copy %[[S]], {{.*}} -> !torch.vtensor<[8],f16>
+
+# gelu of a half tensor: the whole formula in float32, rounded once.
+run("gelu$bfloat16", [([8], "bfloat16")], "aten.gelu.default", [inp(0)], ([8], "bfloat16"))
+# CHECK-LABEL: TEST: gelu$bfloat16
+# CHECK: %[[W:.*]] = torch.aten._to_copy %arg0, {{.*}} -> !torch.vtensor<[8],f32>
+# CHECK: %[[G:.*]] = torch.aten.gelu %[[W]], {{.*}} -> !torch.vtensor<[8],f32>
+# CHECK: torch.aten._to_copy %[[G]], {{.*}} -> !torch.vtensor<[8],bf16>
+
+# log_softmax of a half tensor over its last dim: eager keeps the row's sum and its log
+# in the half type.
+run("log_softmax$bfloat16", [([2, 8], "bfloat16")], "aten._log_softmax.default",
+    [inp(0), 1, False], ([2, 8], "bfloat16"))
+# CHECK-LABEL: TEST: log_softmax$bfloat16
+# CHECK: %[[SUM:.*]] = torch.aten.sum.dim_IntList {{.*}} -> !torch.vtensor<[2,1],f32>
+# CHECK: %[[S16:.*]] = torch.aten._to_copy %[[SUM]], {{.*}} -> !torch.vtensor<[2,1],bf16>
+# CHECK: %[[S32:.*]] = torch.aten._to_copy %[[S16]], {{.*}} -> !torch.vtensor<[2,1],f32>
+# CHECK: %[[LOG:.*]] = torch.aten.log %[[S32]]
+# CHECK: torch.aten._to_copy %[[LOG]], {{.*}} -> !torch.vtensor<[2,1],bf16>
+# CHECK-NOT: torch.aten._log_softmax
+
+# elu as eager's expm1 formula (torch-mlir's: exp(x) - 1).
+run("elu$float32", [([8], "float32")], "aten.elu.default", [inp(0), {"float": "0.5"}],
+    ([8], "float32"))
+# CHECK-LABEL: TEST: elu$float32
+# CHECK: %[[E:.*]] = torch.aten.expm1 %arg0
+# CHECK: %[[N:.*]] = torch.aten.mul.Scalar %[[E]], %{{.*}}
+# CHECK: %[[C:.*]] = torch.aten.ge.Scalar %arg0
+# CHECK: torch.aten.where.self %[[C]], %arg0, %[[N]]
+# CHECK-NOT: torch.aten.elu

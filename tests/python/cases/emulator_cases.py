@@ -104,6 +104,15 @@ CASES = {
     # FFTs as DFT matmuls on (real, imaginary) parts (lowering/front/fft.py).
     "fft": (lambda x: (torch.fft.rfft(x), torch.fft.ifft(x)), lambda: (torch.randn(4, 6),),
             "randn"),
+    # Half types round as eager's CPU kernels (lowering/cpu/bf16_rounding.py in the CPU
+    # build): bfloat16 products of tiny values stay subnormal, a number multiplies at
+    # full precision, float16 rsqrt and expm1 are float32 math rounded once.
+    "bf16_rounding": (lambda a, b: (a * b + a * 1e-3, a.expm1()),
+                      lambda: (torch.randn(8, 64, dtype=torch.bfloat16),
+                               torch.randn(8, 64, dtype=torch.bfloat16)), "half_edges"),
+    "f16_math": (lambda a, b: ((a * 1e-3 + b).abs().rsqrt(), a.expm1()),
+                 lambda: (torch.randn(8, 64, dtype=torch.float16),
+                          torch.randn(8, 64, dtype=torch.float16)), "half_edges"),
     "mlp_step": (mlp_step, lambda: (torch.randn(8, 16), torch.randn(8, 4), torch.randn(32, 16),
                                      torch.randn(32), torch.randn(4, 32), torch.randn(4)),
                  "randn"),
