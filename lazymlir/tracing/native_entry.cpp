@@ -338,7 +338,13 @@ struct OpInfo {
   enum class Direct : uint8_t { None, T, Transpose, Expand, UnsafeView, Unsqueeze, Identity } direct =
       Direct::None;
   std::unordered_map<std::string, std::optional<c10::OperatorHandle>> elements;
+  uint64_t checked = 0;  // `deregistered` when its name was last checked
 };
+
+// Ops deregistered so far (NewOps counts them): while it has not moved, a schema's
+// address still names the op its OpInfo was made for, and op_info need not compare
+// the names (two strings) on every call.
+std::atomic<uint64_t> deregistered{0};
 
 constexpr size_t kShapeCacheLimit = 1 << 16;
 
@@ -419,11 +425,15 @@ OpInfo& op_info(const c10::OperatorHandle& op) {
   const c10::FunctionSchema* schema = &op.schema();
   auto found = ops.find(schema);
   if (found != ops.end()) {
+    uint64_t now = deregistered.load(std::memory_order_acquire);
+    if (found->second->checked == now) return *found->second;
+    found->second->checked = now;
     if (*found->second->name == schema->operator_name()) return *found->second;
     ops.erase(found);  // (its Python objects leak: rare)
   }
   auto info = std::make_unique<OpInfo>();
   info->name = schema->operator_name();
+  info->checked = deregistered.load(std::memory_order_acquire);
   py::handle func = torch::detail::getTorchApiFunction(op);
   info->func = func.ptr();
   Py_INCREF(info->func);
@@ -1166,7 +1176,9 @@ struct NewOps final : public c10::OpRegistrationListener {
     pending.push_back(op.operator_name());
     has_pending = true;
   }
-  void onOperatorDeregistered(const c10::OperatorHandle&) override {}
+  void onOperatorDeregistered(const c10::OperatorHandle&) override {
+    deregistered.fetch_add(1, std::memory_order_release);
+  }
 };
 std::optional<c10::RegistrationHandleRAII> listening;
 
