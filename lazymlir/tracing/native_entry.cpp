@@ -111,8 +111,15 @@ struct Gil {  // the GIL, held for a scope (re-entrant: the caller may hold it a
 
 // ------------------------------------------------------------ the inner tensor
 
+struct LazyImpl;
+void unlink_live(LazyImpl* impl);
+
 struct LazyImpl final : public c10::TensorImpl {
   PyObject* value;  // strong reference to the LazyValue
+  // Its place in the list of live tensors (below; GIL held to read or change them).
+  LazyImpl* live_prev = nullptr;
+  LazyImpl* live_next = nullptr;
+  bool listed = false;
 
   LazyImpl(c10::Storage&& storage, caffe2::TypeMeta dtype, PyObject* v)
       : c10::TensorImpl(std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
@@ -121,8 +128,8 @@ struct LazyImpl final : public c10::TensorImpl {
 
   ~LazyImpl() override { drop(); }
 
-  // When the last strong reference goes: weak references (the live list) keep the
-  // object's memory, and must not keep the value and its trace alive.
+  // When the last strong reference goes: the live list's weak reference keeps the
+  // object's memory until drop() unlinks it, and must not keep the value alive.
   void release_resources() override {
     drop();
     c10::TensorImpl::release_resources();
@@ -131,9 +138,10 @@ struct LazyImpl final : public c10::TensorImpl {
   void drop() {
     PyObject* v = value;
     value = nullptr;
-    if (v != nullptr && python_alive()) {
+    if ((v != nullptr || listed) && python_alive()) {
       PyGILState_STATE gil = PyGILState_Ensure();
-      Py_DECREF(v);
+      unlink_live(this);
+      Py_XDECREF(v);
       PyGILState_Release(gil);
     }
   }
@@ -171,31 +179,73 @@ inline LazyImpl* lazy_impl(const at::Tensor& t) {
 // Every inner tensor, weakly: mark_step materializes the pending ones. Per session,
 // as tracing/values.py kept them: a new session (lazymlir.session.reset) starts a new
 // list. Only touched with the GIL held.
+//
+// An intrusive doubly linked list in creation order, each member holding a weak
+// reference, unlinked by its release_resources (drop): a tensor's memory goes back as
+// soon as it dies. (A vector of weak references swept when it had doubled kept ~4096
+// dead TensorImpls' memory at a time: their frees and the mallocs after them missed
+// malloc's per-thread cache, ~0.2 us per view, docs/tracing-performance.md.)
 
-std::vector<c10::weak_intrusive_ptr<c10::TensorImpl>> live;
-size_t sweep_at = 4096;
+LazyImpl* live_head = nullptr;
+LazyImpl* live_tail = nullptr;
 PyObject* live_owner = nullptr;
 
-void sweep() {
-  size_t kept = 0;
-  for (auto& ref : live) {
-    if (!ref.expired()) live[kept++] = std::move(ref);
+void link_live(LazyImpl* impl) {
+  c10::raw::weak_intrusive_ptr::incref(impl);
+  impl->listed = true;
+  impl->live_prev = live_tail;
+  impl->live_next = nullptr;
+  if (live_tail != nullptr) {
+    live_tail->live_next = impl;
+  } else {
+    live_head = impl;
   }
-  live.erase(live.begin() + kept, live.end());
-  sweep_at = std::max<size_t>(4096, 2 * kept);
+  live_tail = impl;
+}
+
+// (from release_resources: the list's weak reference is not the last one, the dying
+// strong reference's own weak count still is)
+void unlink_live(LazyImpl* impl) {
+  if (!impl->listed) return;
+  impl->listed = false;
+  if (impl->live_prev != nullptr) {
+    impl->live_prev->live_next = impl->live_next;
+  } else {
+    live_head = impl->live_next;
+  }
+  if (impl->live_next != nullptr) {
+    impl->live_next->live_prev = impl->live_prev;
+  } else {
+    live_tail = impl->live_prev;
+  }
+  impl->live_prev = impl->live_next = nullptr;
+  c10::raw::weak_intrusive_ptr::decref(impl);
+}
+
+void clear_live() {
+  while (live_head != nullptr) unlink_live(live_head);
+}
+
+// Strong references to the live members, in creation order. Collected before any of
+// them is used: using one may run Python code, which may unlink others.
+std::vector<c10::intrusive_ptr<c10::TensorImpl>> live_members() {
+  std::vector<c10::intrusive_ptr<c10::TensorImpl>> out;
+  for (LazyImpl* impl = live_head; impl != nullptr; impl = impl->live_next) {
+    c10::TensorImpl* strong = c10::raw::weak_intrusive_ptr::lock(static_cast<c10::TensorImpl*>(impl));
+    if (strong != nullptr) out.push_back(c10::intrusive_ptr<c10::TensorImpl>::reclaim(strong));
+  }
+  return out;
 }
 
 void track(const at::Tensor& t) {
   PyObject* current = PyDict_GetItem(R.session_globals, R.current_name);  // borrowed
   if (current != live_owner) {
-    live.clear();
-    sweep_at = 4096;
+    clear_live();
     Py_XINCREF(current);
     Py_XDECREF(live_owner);
     live_owner = current;
   }
-  live.emplace_back(t.getIntrusivePtr());
-  if (live.size() >= sweep_at) sweep();
+  link_live(static_cast<LazyImpl*>(t.unsafeGetTensorImpl()));
 }
 
 // A new inner tensor holding `value` (a new reference, taken), contiguous, tracked.
@@ -288,7 +338,13 @@ struct OpInfo {
   enum class Direct : uint8_t { None, T, Transpose, Expand, UnsafeView, Unsqueeze, Identity } direct =
       Direct::None;
   std::unordered_map<std::string, std::optional<c10::OperatorHandle>> elements;
+  uint64_t checked = 0;  // `deregistered` when its name was last checked
 };
+
+// Ops deregistered so far (NewOps counts them): while it has not moved, a schema's
+// address still names the op its OpInfo was made for, and op_info need not compare
+// the names (two strings) on every call.
+std::atomic<uint64_t> deregistered{0};
 
 constexpr size_t kShapeCacheLimit = 1 << 16;
 
@@ -369,11 +425,15 @@ OpInfo& op_info(const c10::OperatorHandle& op) {
   const c10::FunctionSchema* schema = &op.schema();
   auto found = ops.find(schema);
   if (found != ops.end()) {
+    uint64_t now = deregistered.load(std::memory_order_acquire);
+    if (found->second->checked == now) return *found->second;
+    found->second->checked = now;
     if (*found->second->name == schema->operator_name()) return *found->second;
     ops.erase(found);  // (its Python objects leak: rare)
   }
   auto info = std::make_unique<OpInfo>();
   info->name = schema->operator_name();
+  info->checked = deregistered.load(std::memory_order_acquire);
   py::handle func = torch::detail::getTorchApiFunction(op);
   info->func = func.ptr();
   Py_INCREF(info->func);
@@ -1116,7 +1176,9 @@ struct NewOps final : public c10::OpRegistrationListener {
     pending.push_back(op.operator_name());
     has_pending = true;
   }
-  void onOperatorDeregistered(const c10::OperatorHandle&) override {}
+  void onOperatorDeregistered(const c10::OperatorHandle&) override {
+    deregistered.fetch_add(1, std::memory_order_release);
+  }
 };
 std::optional<c10::RegistrationHandleRAII> listening;
 
@@ -1465,10 +1527,7 @@ PyObject* live_pending(PyObject*, PyObject*) {
   PyObject* out = PyList_New(0);
   if (out == nullptr || !owned_by_current()) return out;
   std::unordered_set<PyObject*> seen;
-  size_t kept = 0;
-  for (auto& ref : live) {
-    auto strong = ref.lock();
-    if (!strong) continue;
+  for (auto& strong : live_members()) {
     auto* impl = static_cast<LazyImpl*>(strong.get());
     PyObject* value = impl->value;
     if (value != nullptr && get_slot(value, R.v_node) != Py_None && seen.insert(value).second) {
@@ -1477,10 +1536,7 @@ PyObject* live_pending(PyObject*, PyObject*) {
         return nullptr;
       }
     }
-    live[kept++] = std::move(ref);
   }
-  live.erase(live.begin() + kept, live.end());
-  sweep_at = std::max<size_t>(4096, 2 * kept);
   return out;
 }
 
@@ -1489,9 +1545,7 @@ PyObject* live_tensors(PyObject*, PyObject*) {
   HANDLE_TH_ERRORS
   PyObject* out = PyList_New(0);
   if (out == nullptr || !owned_by_current()) return out;
-  for (auto& ref : live) {
-    auto strong = ref.lock();
-    if (!strong) continue;
+  for (auto& strong : live_members()) {
     PyObject* t = wrap(at::Tensor(std::move(strong)));
     if (t == nullptr || PyList_Append(out, t) < 0) {
       Py_XDECREF(t);

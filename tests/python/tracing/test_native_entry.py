@@ -51,6 +51,8 @@ _PROGRAMS = {
         torch.randn(2, 3).to(DEVICE).softmax(-1), torch.randn(3).to(DEVICE).to(torch.float64)],
     "an MLP training step (AdamW)": _mlp_step,
     "view copies recorded as one view": lambda: _view_copies(torch.randn(3, 4, 2).to(DEVICE)),
+    "view ops": lambda: _view_ops(),
+    "a write through a view": lambda: _write_through_a_view(),
 }
 
 
@@ -62,6 +64,27 @@ def _view_copies(x):
     return [m.t() + 1, x.transpose(0, 2) * 2, x.transpose(-1, 1) - 1, x.transpose(1, 1) + 0.5,
             v.t() * 3, v[:, None].expand(3, 5) + 1, m.detach() * 2,
             torch.ops.aten.alias(m) + 2, torch.ops.aten._unsafe_view(x, (4, 6)) + 1]
+
+
+def _view_ops():
+    """Each view op functionalization turns into a *_copy op on the inner tensors."""
+    x = torch.arange(24.0).to(DEVICE)
+    a = x.view(2, 12).reshape(4, 6).t().unsqueeze(0).squeeze(0)  # view, t, (un)squeeze
+    b = a.expand(2, 6, 4)[1, 2:5, ::2]  # expand, select, slice with a step
+    c = x.view(2, 3, 4).transpose(0, 2).select(1, 1).narrow(0, 1, 2).permute(1, 0)
+    d = x.reshape(6, 4).unflatten(1, (2, 2)).flatten(0, 1).as_strided((3, 2), (2, 1), 1)
+    e = x.view(4, 6).unbind(0)[2].view(-1, 3) * 2.0  # (a multi-output view)
+    return [a, b, c, d, e, x.view(2, 12).diagonal(), x.view(3, 8).split(3, 1)[1]]
+
+
+def _write_through_a_view():
+    """Aliasing: an in-place op on a view updates its base and its other views."""
+    x = torch.arange(12.0).to(DEVICE) * 1.0
+    rows = x.view(3, 4)
+    col = rows[:, 1]
+    rows[1].add_(10.0)
+    col.mul_(2.0)
+    return [x, rows, col, rows.t()]
 
 
 @pytest.mark.parametrize("name", list(_PROGRAMS))
@@ -136,6 +159,27 @@ def test_a_new_session_does_not_collect_the_old_sessions_tensors():
     pending = values.live_pending_values()
     assert values.value_of(values.inner(new)) in pending
     assert values.value_of(values.inner(old)) not in pending
+
+
+def test_live_tensors_are_the_living_ones_in_creation_order():
+    """The C++ entry's list of live inner tensors (mark_step materializes what it
+    holds): a dropped tensor leaves it, the kept ones stay in creation order, through
+    many more tensors than the list ever held at once."""
+    x = torch.randn(4).to(DEVICE)
+    before = len(values.live_tensors())
+    kept = []
+    for i in range(10_000):
+        y = (x + float(i)).view(2, 2)
+        if i % 1000 == 999:
+            kept.append(y)
+    live = [values.value_of(t) for t in values.live_tensors()]
+    want = [values.value_of(values.inner(t)) for t in kept]
+    assert [v for v in live if v in want] == want
+    assert len(live) <= before + 2 * len(kept) + 2  # (each kept view, its base's: dropped)
+    assert want[-1] in values.live_pending_values()
+    lazymlir.mark_step()
+    torch.testing.assert_close(kept[-1].cpu(), (x.cpu() + 9999.0).view(2, 2))
+    assert values.value_of(values.inner(kept[-1])) not in values.live_pending_values()
 
 
 def test_calls_without_a_lazy_tensor_keep_pytorchs_kernels():
