@@ -298,3 +298,29 @@ def test_a_failed_run_time_check_raises_eagers_error(donating):
         assert _donated() == start + 1
     finally:
         settings.bounds_checks = before
+
+
+def test_repeated_outputs_next_to_updates_in_place(donating):
+    # clip_grad_norm_ makes a step's graph return one value twice (MLIR merges equal
+    # views): with in-place updates in the same graph, the cpu pipeline's
+    # eliminate-empty-tensors crashed on the copy that gives each result its own buffer
+    # (lowering/bufferize/unique_results.py).
+    eager, lazy = _models()
+    eager_opt = torch.optim.SGD(eager.parameters(), lr=0.1, momentum=0.9)
+    lazy_opt = torch.optim.SGD(lazy.parameters(), lr=0.1, momentum=0.9)
+    torch.manual_seed(1)
+    x, y = torch.randn(5, 6), torch.randn(5, 3)
+    for model, opt, a, b in ((eager, eager_opt, x, y), (lazy, lazy_opt, x.to(DEVICE),
+                                                        y.to(DEVICE))):
+        for _ in range(3):
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(a), b).backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+            opt.step()
+            if model is lazy:
+                lazymlir.mark_step()
+    for i, (actual, expected) in enumerate(zip(lazy.parameters(), eager.parameters())):
+        assert_same(actual.cpu(), expected.detach(), f"parameter {i}")
+    assert _donated() > 0
+    assert lazymlir.metrics.counter("CompileRetry") == 0
+    assert_no_fallback()
