@@ -16,15 +16,15 @@ outputs and inputs of the same shape and dtype upstream of them, nearest first (
 updated parameter with its old value), at most one pair per input and per output.
 The key of the graph compiled with pairs is another key (`keyed`).
 
-Which of them at a sync (`safe_pairs`): an input is donated only if nothing but this
-graph can read its old value after the run:
+Which of them at a mark_step() (`safe_pairs`; a read computes part of the trace, whose
+other values may need its graph's nodes again: materialize.py donates nothing there): an
+input is donated only if nothing but this graph can read its old value after the run:
 - its LazyValue is referenced by this graph's nodes and the sync's list of inputs and
   by nothing else (exact Python refcount): no live tensor holds it (a user's alias,
   `p.detach()` or `p.clone()` made before the update, a view functionalization has not
   regenerated yet, a second parameter on the same storage), no pending node outside
-  this graph reads it (a read computing part of the trace), no run binds it (an input
-  a graph launched earlier computes is waited for first: that run's binding lets go of
-  it, materialize.py);
+  this graph reads it, no run binds it (an input a graph launched earlier computes is
+  waited for first: that run's binding lets go of it, materialize.py);
 - its buffer is a dense CPU tensor nothing else holds: no other Python reference, no
   other C++ one (TensorImpl use count: a DLPack export), no other tensor on its storage
   (a view, a base: storage use count), and memory its allocator owns (resizable: not

@@ -64,7 +64,7 @@ def _compute(current, pending: list[LazyValue], wait: bool) -> None:
             static_scalar_ops = frozenset(current.static_scalar_ops)
             target = targets.active()
             key, inputs, scalars, count = graph_key(pending, target.name, static_scalar_ops)
-            donated = _donations(current, target, key, pending, inputs)
+            donated = () if wait else _donations(current, target, key, pending, inputs)
             key = donation.keyed(key, donated)
             plan = executor.prepare_keyed(
                 key, lambda: _document(pending, static_scalar_ops, donated))
@@ -97,7 +97,11 @@ def _compute(current, pending: list[LazyValue], wait: bool) -> None:
 
 def _donations(current, target, key: str, pending: list[LazyValue],
                inputs: list[LazyValue]) -> tuple:
-    """The (input, output) pairs this graph may update in place (donation.py)."""
+    """The (input, output) pairs this graph may update in place (donation.py); only at a
+    mark_step(), whose graph computes every live pending value: no node of its graph stays
+    in the trace after it. A read computes what it asks for, and the nodes of its graph
+    that other pending values need stay, with their references to its inputs, which its
+    count of references would take for its own."""
     if not inputs or not donation.enabled(current, target):
         return ()
     pairs = donation.candidates(key, pending, inputs)

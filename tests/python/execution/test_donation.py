@@ -324,3 +324,16 @@ def test_repeated_outputs_next_to_updates_in_place(donating):
     assert _donated() > 0
     assert lazymlir.metrics.counter("CompileRetry") == 0
     assert_no_fallback()
+
+
+def test_a_read_of_part_of_the_trace_donates_nothing(donating):
+    # A read computes only what it asks for: the nodes of its graph that other pending
+    # values still need stay in the trace, with their references to the graph's inputs.
+    expected, w = _weight_and_update()
+    shared = w * 3  # reads w's value; needed by both values below
+    del w  # nothing but `shared`'s node holds the value now
+    first, second = shared + 1, shared * 2
+    start = _donated()
+    assert_same(first.cpu(), expected * 3 + 1)
+    assert_same(second.cpu(), expected * 6)
+    assert _donated() == start
