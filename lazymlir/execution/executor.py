@@ -212,15 +212,35 @@ def _cached_plan(current, key: str) -> tuple:
     """(the session's graph cache, the plan it holds for the graph of `key` under the
     current LAZYMLIR_SEGMENT_NODES, or None); a hit counts as a CachedCompile."""
     cache = _cache(current)
+    plan = _lookup(current, cache, key)
+    if plan is not None:
+        current.metrics.inc("CachedCompile")
+    return cache, plan
+
+
+def _lookup(current, cache, key: str):
     plan = cache.get(key)
     limit = current.settings.segment_nodes
     # (`_whole` inlined: this is every sync point's and torch.compile call's lookup)
     if limit and (plan is None or len(plan.graph["nodes"]) > limit
                   and not plan.graph.get("symbols")):
         plan = cache.get(_segments_key(key, limit))  # none, or made under another limit
-    if plan is not None:
-        current.metrics.inc("CachedCompile")
-    return cache, plan
+    return plan
+
+
+def cached_plan(key: str):
+    """The plan `prepare_keyed(key, ...)` would take from the graph cache now, or None
+    (counts nothing)."""
+    current = session.current()
+    with current.lock:
+        return _lookup(current, _cache(current), _plan_key(current, key))
+
+
+def writes_inputs(plan) -> bool:
+    """Whether `plan`'s code writes graph inputs in place (fx_graph "in_place"): a graph
+    compiled whole that kept its pairs (checks.py drops them from a graph with check
+    flags; a split graph's or a big graph's segments have none)."""
+    return type(plan) is Compiled and bool(plan.executable.in_place)
 
 
 def _plan(current, target, graph, key: str):

@@ -86,6 +86,10 @@ class Settings:
     # segments at once in the compile workers, each cached on its own (0: never split;
     # execution/partition.py's cut_points)
     segment_nodes: int = 3000
+    # LAZYMLIR_DONATE (default on; 0 turns it off): a lazy-device graph writes an input's
+    # new value into the input's buffer where nothing can read the old value any more
+    # (tracing/donation.py), as eager updates parameters and optimizer state in place
+    donate: bool = True
 
 
 _ENV = {
@@ -115,6 +119,7 @@ _ENV = {
     "cpu_alloc_cache_mb": "LAZYMLIR_CPU_ALLOC_CACHE_MB",
     "async_execution": "LAZYMLIR_ASYNC",
     "segment_nodes": "LAZYMLIR_SEGMENT_NODES",
+    "donate": "LAZYMLIR_DONATE",
 }
 # Integer settings whose smallest value is 0 rather than 1.
 _ZERO_ALLOWED = {"cpu_alloc_cache_mb", "dynamic_after", "segment_nodes"}

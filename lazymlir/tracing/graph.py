@@ -165,6 +165,10 @@ def build_graph(targets: list[LazyValue], static_scalar_ops=frozenset()
         "nodes": encoded_nodes,
         "outputs": [encode(v, False) for v in targets],
     }
+    # `encode` calls itself through its closure cell: a reference cycle that would keep
+    # `inputs` (and so the input values) alive until the next garbage collection, where
+    # buffer donation (donation.py) counts who still holds them.
+    encode = None  # noqa: F841
     return graph, inputs, scalars
 
 
@@ -306,6 +310,9 @@ def graph_key(targets: list[LazyValue], target: str, static_scalar_ops=frozenset
                 where(v, lift)
     for value in targets:
         where(value, False)
+    # `where` calls itself through its closure cell: a reference cycle that kept `inputs`
+    # (and so every input value) alive until the next garbage collection (see build_graph).
+    where = None  # noqa: F841
     content = (target, tuple(input_texts), len(scalars), tuple(flat))
     key = _KEYS.get(content)
     if key is None:

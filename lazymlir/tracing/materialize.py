@@ -16,6 +16,7 @@ import torch
 from .. import session, targets
 from ..execution import executor, runs
 from ..support.errors import CompileError
+from . import donation
 from .graph import build_graph, graph_key, nodes_downstream_of, pending_nodes
 from .values import LazyTensor, LazyValue, live_pending_values, value_of
 
@@ -61,23 +62,66 @@ def _compute(current, pending: list[LazyValue], wait: bool) -> None:
             # earlier) fails its values too, so the next mark_step() skips them
             # instead of raising the same error again for as long as they live.
             static_scalar_ops = frozenset(current.static_scalar_ops)
-            key, inputs, scalars, count = graph_key(pending, targets.active().name,
-                                                    static_scalar_ops)
+            target = targets.active()
+            key, inputs, scalars, count = graph_key(pending, target.name, static_scalar_ops)
+            donated = () if wait else _donations(current, target, key, pending, inputs)
+            key = donation.keyed(key, donated)
             plan = executor.prepare_keyed(
-                key, lambda: build_graph(pending, static_scalar_ops)[0])
+                key, lambda: _document(pending, static_scalar_ops, donated))
+            if donated:
+                if executor.writes_inputs(plan):
+                    current.metrics.inc("DonatedInputs", len(donated))
+                else:
+                    donated = ()  # the plan writes none: the inputs stay valid
             if not wait and executor.in_background(plan):
-                _launch(plan, key, count, pending, inputs, scalars)
+                _launch(plan, key, count, pending, inputs, scalars, donated)
                 return
             executor.drain()  # inputs computed in the background are ready
-            outputs = executor.run(plan, [_ready(v) for v in inputs], scalars)
+            try:
+                outputs = executor.run(plan, [_ready(v) for v in inputs], scalars)
+            finally:
+                donation.retire([inputs[i] for i, _ in donated])
         # Not BaseException: an interrupt (Ctrl-C) leaves the values pending, so the next
         # read compiles them again instead of raising the KeyboardInterrupt once more.
         except Exception as error:
             for value in pending + _sharing_the_failed_op(pending, error):
                 value.failed(error)
+            if current.runs is not None:
+                # An input's background run failed (found here once donation waited for
+                # it): raised now, so no later wait point raises it again.
+                current.runs.reported(error)
             raise
         for value, data in zip(pending, outputs):
             value.materialized(data)
+
+
+def _donations(current, target, key: str, pending: list[LazyValue],
+               inputs: list[LazyValue]) -> tuple:
+    """The (input, output) pairs this graph may update in place (donation.py); only at a
+    mark_step(), whose graph computes every live pending value: no node of its graph stays
+    in the trace after it. A read computes what it asks for, and the nodes of its graph
+    that other pending values need stay, with their references to its inputs, which its
+    count of references would take for its own."""
+    if not inputs or not donation.enabled(current, target):
+        return ()
+    pairs = donation.candidates(key, pending, inputs)
+    if not pairs:
+        return ()
+    plan = executor.cached_plan(donation.keyed(key, pairs))
+    if plan is not None and not executor.writes_inputs(plan):
+        # Its plan writes no input (a graph with check flags, one split into segments or
+        # around ops that fall back): every pair is as good as none, and the same key
+        # takes the same plan without the safety checks' cost (~1000 nodes scanned a
+        # step for the small GPT).
+        return pairs
+    return donation.safe_pairs(pairs, inputs, pending_nodes(pending), current.runs)
+
+
+def _document(pending: list[LazyValue], static_scalar_ops, donated: tuple) -> dict:
+    graph = build_graph(pending, static_scalar_ops)[0]
+    if donated:
+        graph["in_place"] = [list(pair) for pair in donated]
+    return graph
 
 
 def _await_launched(values: list[LazyValue], runner) -> None:
@@ -104,21 +148,32 @@ def _ready(value: LazyValue):
 
 
 def _launch(plan, key: str, count: int, pending: list[LazyValue], inputs: list[LazyValue],
-            scalars: list[float]) -> None:
-    """Run `plan` on the execution thread; `pending` are running until it binds them."""
+            scalars: list[float], donated: tuple = ()) -> None:
+    """Run `plan` on the execution thread; `pending` are running until it binds them.
+    `donated`: the (input, output) pairs the run updates in place."""
     def resolve() -> list:
         try:
             return [_ready(v) for v in inputs]
         except Exception as error:  # an input's graph failed in the background
             raise runs.FailedInput(error) from None
 
+    # The values the run binds, in a list of its own that the binding empties: once a
+    # run has bound them it holds no reference to them (a finished run may stay
+    # referenced a while), so the next graph can tell whether anything else still
+    # reads them (donation.safe_pairs).
+    bound = list(pending)
+    retired = [inputs[i] for i, _ in donated]
+
     def done(outputs, error) -> None:
         if error is None:
-            for value, data in zip(pending, outputs):
+            for value, data in zip(bound, outputs):
                 value.materialized(data)
         else:
-            for value in pending:
+            for value in bound:
                 value.failed(error)
+        donation.retire(retired)
+        bound.clear()
+        retired.clear()
     # Running before the launch: the execution thread may bind them at once.
     run = runs.Run(f"{key[:16]} ({count} ops)")
     nodes = [value.node for value in pending]

@@ -6,15 +6,17 @@ momentum buffer cloned from it, two views of one tensor) returns one SSA
 value twice. `buffer-results-to-out-params{hoist-static-allocs}` then crashes
 (LLVM 22: a use-after-erase in updateReturnOps, seen as SIGSEGV in SGD with
 momentum + clip_grad_norm_ and in gradient accumulation). Here each repeated
-return operand is replaced by a copy (`tensor.empty` + `linalg.copy`), which
-bufferizes to an out-parameter of its own (its dynamic sizes, in a graph with symbolic
-sizes, read from the value with `tensor.dim`).
+return operand is replaced by a copy (`bufferization.alloc_tensor` with `copy`: its
+sizes, dynamic ones included, are the value's), which bufferizes to an out-parameter
+of its own. Not `tensor.empty` + `linalg.copy`: in a graph that also updates an input
+in place, the cpu pipeline's `eliminate-empty-tensors` (lowering/cpu/backend.py)
+crashed (SIGSEGV) on that `tensor.empty`; it leaves `alloc_tensor` alone.
 """
 
 from __future__ import annotations
 
 from mlir import ir
-from mlir.dialects import arith, linalg, tensor
+from mlir.dialects import bufferization
 
 
 def copy_repeated_results(module: ir.Module) -> None:
@@ -34,9 +36,5 @@ def copy_repeated_results(module: ir.Module) -> None:
                 if not isinstance(rtt, ir.RankedTensorType):
                     continue
                 with ir.InsertionPoint(ret), ret.location:
-                    sizes = [tensor.dim(value, arith.constant(ir.IndexType.get(), d))
-                             if rtt.is_dynamic_dim(d) else extent
-                             for d, extent in enumerate(rtt.shape)]
-                    empty = tensor.EmptyOp(sizes, rtt.element_type)
-                    copied = linalg.copy(value, outs=[empty.result])
+                    copied = bufferization.alloc_tensor(rtt, [], copy=value)
                 ret.operands[index] = copied
