@@ -412,9 +412,13 @@ void mark_foreach(const c10::FunctionSchema& schema, OpInfo& info) {
 void mark_direct(const c10::FunctionSchema& schema, OpInfo& info) {
   using D = OpInfo::Direct;
   static const std::unordered_map<std::string, D> table = {
-      {"aten::t_copy", D::T},          {"aten::transpose_copy.int", D::Transpose},
-      {"aten::expand_copy", D::Expand}, {"aten::_unsafe_view", D::UnsafeView}, {"aten::unsqueeze_copy", D::Unsqueeze},
-      {"aten::detach_copy", D::Identity}, {"aten::alias_copy", D::Identity}};
+      {"aten::t_copy", D::T},
+      {"aten::transpose_copy.int", D::Transpose},
+      {"aten::expand_copy", D::Expand},
+      {"aten::_unsafe_view", D::UnsafeView},
+      {"aten::unsqueeze_copy", D::Unsqueeze},
+      {"aten::detach_copy", D::Identity},
+      {"aten::alias_copy", D::Identity}};
   std::string name = schema.name();
   if (!schema.overload_name().empty()) name += "." + schema.overload_name();
   auto found = table.find(name);
@@ -472,6 +476,9 @@ OpInfo& op_info(const c10::OperatorHandle& op) {
 thread_local std::string key_buffer;
 thread_local int python_depth = 0;  // > 0 inside a call of the Python tracer
 double fast_seconds = 0.0;          // tracing time of top-level fast-path ops (GIL held)
+// Time in calls of the Python tracer made from a top-level fast-path op (a foreach
+// call's elements): the Python tracer counts it itself.
+thread_local double python_seconds = 0.0;
 bool fast_path = true;              // off: every call goes to the Python tracer (tests)
 
 inline void put(std::string& key, char tag, const void* data, size_t n) {
@@ -925,9 +932,13 @@ void call_python(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack*
   // The routes run under the dispatch state the call arrived with: functionalization's
   // and autograd's keys excluded, as PyTorch's Python key gave them (its snapshot was
   // taken below the wrapper's autograd and functionalization kernels too).
+  auto began = std::chrono::steady_clock::now();
   python_depth++;
   PyObject* out = PyObject_CallFunctionObjArgs(R.entry, info.func, args, kwargs, nullptr);
   python_depth--;
+  if (python_depth == 0) {
+    python_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+  }
   Py_DECREF(args);
   Py_DECREF(kwargs);
   if (out == nullptr) raise_python_error();
@@ -1018,8 +1029,10 @@ bool direct_route(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack
       return record_fast(op, info, stack);  // (expand_copy's Node records `expand`)
     case D::UnsafeView:
       return record_as(view, {x, args[1]}, stack, n);
-    case D::Unsqueeze:  // (its decomposition records `unsqueeze` with the same dim; a dim
-      return record_fast(op, info, stack);  // out of range: the meta kernel refuses it)
+    case D::Unsqueeze:
+      // Its decomposition records `unsqueeze` with the same dim (one out of range: the
+      // meta inference refuses it, and the Python tracer raises eager's error).
+      return record_fast(op, info, stack);
     default:
       return false;
   }
@@ -1243,11 +1256,13 @@ void entry(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   OpInfo& info = op_info(op);
   if ((info.leaf || info.foreach || info.direct != OpInfo::Direct::None) && fast_path) {
     auto began = std::chrono::steady_clock::now();
-    if (info.leaf              ? record_fast(op, info, stack)
-        : info.foreach         ? foreach_route(op, info, stack)
-                               : direct_route(op, info, stack)) {
+    double in_python = python_seconds;
+    if (info.leaf      ? record_fast(op, info, stack)
+        : info.foreach ? foreach_route(op, info, stack)
+                       : direct_route(op, info, stack)) {
       if (python_depth == 0) {
-        fast_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+        fast_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count() -
+                        (python_seconds - in_python);
       }
       return;
     }
