@@ -14,7 +14,8 @@ module {
   // CHECK-SAME: (%[[X:[a-z0-9]*]]: memref<3x4xf32>, %[[OUT:[a-z0-9]*]]: memref<3x4xf32>)
   // CHECK: %[[TMP:.*]] = memref.alloc() : memref<3x4xf32>
   // CHECK: memref.copy %[[X]], %[[OUT]]
-  // CHECK: linalg.copy {{.*}} ins(%[[OUT]] : memref<3x4xf32>) outs(%[[TMP]] : memref<3x4xf32>)
+  // (the repeated result's copy: bufferization.alloc_tensor, lowering/bufferize/unique_results.py)
+  // CHECK: memref.copy %[[OUT]], %[[TMP]]
   // CHECK-NEXT: memref.copy %[[TMP]], %[[X]]
   // CHECK-NEXT: return
   func.func @view_update$copied_in(%arg0: tensor<3x4xf32>) -> (tensor<3x4xf32>, tensor<3x4xf32>)
