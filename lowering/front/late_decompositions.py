@@ -43,6 +43,7 @@ LATE = {
 _CPU = torch.device("cpu")
 _SENTINEL = 0.7853981633974483  # stands for a lifted float while make_fx traces
 _traced: dict = {}  # (op, argument signature) -> the decomposition's traced GraphModule
+_TRACED_LIMIT = 1024  # (a process compiling graphs of ever new shapes)
 
 
 def _decomposition(op):
@@ -90,6 +91,8 @@ def _trace(op, args, kwargs):
         table = {**decompositions.tracing_table(), prims.convert_element_type.default: _to_copy}
         for late in LATE:
             table.pop(late, None)
+        if len(_traced) >= _TRACED_LIMIT:
+            _traced.clear()
         traced = _traced[key] = make_fx(run, decomposition_table=table)(*tensors)
     return traced
 
