@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from ..lowering.front import decompositions, late_decompositions
+from ..lowering.front import late_decompositions
 from .recording import KWARGS_SEPARATOR, record
 from .trace_state import state
 from .values import (LazyTensor, LazyValue, Node, is_lazy, meta_like, node_seq_mark, signature,
@@ -30,21 +30,12 @@ from .values import (LazyTensor, LazyValue, Node, is_lazy, meta_like, node_seq_m
 
 aten = torch.ops.aten
 
-_DECOMPOSITIONS = None
-
-
 def table():
     """The decompositions the tracer applies as it records: torch-mlir's table and
-    lazymlir's (lowering.front.decompositions.tracing_table), except the ones the
-    `torch` stage applies to whole ops (lowering.front.late_decompositions: the
-    optimizers' element ops, recorded by the C++ entry)."""
-    global _DECOMPOSITIONS
-    if _DECOMPOSITIONS is None:
-        ops = dict(decompositions.tracing_table())
-        for op in late_decompositions.LATE:
-            ops.pop(op, None)
-        _DECOMPOSITIONS = ops
-    return _DECOMPOSITIONS
+    lazymlir's, except the ops the `torch` stage decomposes whole
+    (lowering.front.late_decompositions: the optimizers' element ops, recorded by the
+    C++ entry)."""
+    return late_decompositions.tracer_table()
 
 
 _TEMPLATE_LIMIT = 256   # templates kept per op (a changing float in the key misses)

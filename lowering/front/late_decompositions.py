@@ -44,6 +44,8 @@ _CPU = torch.device("cpu")
 _SENTINEL = 0.7853981633974483  # stands for a lifted float while make_fx traces
 _traced: dict = {}  # (op, argument signature) -> the decomposition's traced GraphModule
 _TRACED_LIMIT = 1024  # (a process compiling graphs of ever new shapes)
+_tracer_table = None  # tracer_table()
+_make_fx_table = None  # tracer_table() with prims.convert_element_type as the tracer records it
 
 
 def _decomposition(op):
@@ -88,13 +90,25 @@ def _trace(op, args, kwargs):
             call_args = [next(feed) if isinstance(m[0], torch.Tensor) else m[0] for m in made]
             return function(*call_args, **{k: m[0] for k, m in made_kwargs.items()})
 
-        table = {**decompositions.tracing_table(), prims.convert_element_type.default: _to_copy}
-        for late in LATE:
-            table.pop(late, None)
+        global _make_fx_table
+        if _make_fx_table is None:
+            _make_fx_table = {**tracer_table(), prims.convert_element_type.default: _to_copy}
         if len(_traced) >= _TRACED_LIMIT:
             _traced.clear()
-        traced = _traced[key] = make_fx(run, decomposition_table=table)(*tensors)
+        traced = _traced[key] = make_fx(run, decomposition_table=_make_fx_table)(*tensors)
     return traced
+
+
+def tracer_table() -> dict:
+    """The decompositions the tracer applies as it records (tracing/decompose.py): the
+    project's tracing table without LATE's ops, which it records whole."""
+    global _tracer_table
+    if _tracer_table is None:
+        ops = dict(decompositions.tracing_table())
+        for op in LATE:
+            ops.pop(op, None)
+        _tracer_table = ops
+    return _tracer_table
 
 
 def _to_copy(x, dtype):
