@@ -145,6 +145,18 @@ class Started:
     def seconds(self) -> float:
         return self.call.seconds()
 
+    def early_output(self, k: int):
+        """Output `k` once the code has signaled it final (waiting for that; the rest of
+        the graph may still run), or None: then only `result()` gives it. Not for a graph
+        with checks (a failed check anywhere reruns the whole graph eagerly and raises
+        eager's error, which must come before any of its values) nor one whose run is
+        observed (run_observers.py sees its outputs at the end)."""
+        early = getattr(self.call, "early_output", None)
+        if early is None or self.plan.flags or self.plan.executable.checks_at_run_time \
+                or self.observed or self.originals:
+            return None
+        return early(k)
+
 
 class EagerReference:
     """The graph run op by op with eager PyTorch on CPU: what a failed check runs, to

@@ -128,6 +128,9 @@ def launch(plan, run: runs.Run, inputs, scalars: list[float], done) -> None:
         # GIL: everything in Python around them happens on the user's thread (runs.py).
         def start():
             started = starter(target, inputs(), scalars)
+            # A read of one output need not wait for the whole graph (a step's loss
+            # for its backward and optimizer update): materialize.py asks this first.
+            run.early_output = getattr(started, "early_output", None)
 
             def finish() -> list:
                 outputs = started.result()

@@ -69,12 +69,17 @@ class Run:
     # A flag the runner sets under its lock, not a threading.Event: an Event is a
     # Condition and a lock made in Python, ~26 us of a small graph's mark_step() with
     # the caches cold after tracing; the runner's condition already wakes waiters.
-    __slots__ = ("label", "error", "finished")
+    __slots__ = ("label", "error", "finished", "early_output", "values")
 
     def __init__(self, label: str):
         self.label = label
         self.error: BaseException | None = None
         self.finished = False
+        # Set by whoever starts and launches it: `early_output(k)`, output k once the
+        # code has signaled it final (executor.py), and the values it binds, in output
+        # order (tracing/materialize.py).
+        self.early_output = None
+        self.values: list = []
 
     def done(self) -> bool:
         return self.finished
@@ -202,6 +207,9 @@ class Runner:
                 self._queue.popleft()
                 self._claimed = False
                 run.finished = True
+                # A finished run may stay referenced a while: it lets go of its call (whose
+                # output buffers donation.py must find held by their values alone).
+                run.early_output, run.values = None, []
                 self._changed.notify_all()
                 if self._queue:  # the next run, for the execution thread
                     self._work.notify()

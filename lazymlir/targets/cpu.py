@@ -190,6 +190,10 @@ class CpuExecutable(Executable):
         self.in_place = tuple(in_place)
         self._in_place_outputs = {output: input for input, output in self.in_place}
         self._written = [input for input, _ in self.in_place]
+        # Output k's position among the out-parameters (those not written into inputs):
+        # the index of its flag in lazymlir_output_ready (cpu_background.py).
+        self.out_parameter = {k: p for p, k in enumerate(
+            k for k in range(len(output_metas)) if k not in self._in_place_outputs)}
         # Shapes and strides as tuples, for _empty_strided (an MLP training step
         # allocates 13 outputs).
         self._allocations = [] if self._sizes else \
@@ -197,6 +201,7 @@ class CpuExecutable(Executable):
              for k, (shape, dtype) in enumerate(output_metas) if k not in self._in_place_outputs]
         _allocator()  # defines the buffer functions the graph calls...
         _threads()  # ...the OpenMP entry points of its parallel loops...
+        _background()  # ...the signal of its final outputs (lazymlir_output_ready)...
         load_builtins()  # ...and the compiler runtime functions the system may lack
         self._lib = ctypes.CDLL(str(self.so_path))
         self._entry = self._lib._mlir_ciface_main
@@ -234,7 +239,7 @@ class CpuExecutable(Executable):
         call is prepared here, and `BackgroundCall.result()` waits for it. One call at a
         time in the process: the caller waits for the previous one first."""
         call = self.prepare(inputs, scalars)
-        return BackgroundCall(call, start_calls([call]))
+        return BackgroundCall(call, start_calls([call], ready=len(call.buffers)))
 
     def prepare(self, inputs: list[torch.Tensor], scalars=(), frames=None,
                 pool=None) -> PreparedCall:
@@ -330,33 +335,55 @@ class PreparedCall:
         return self.executable._finish(self.dense, self.buffers)
 
 
-def start_calls(calls: list[PreparedCall]) -> BackgroundCalls:
+def start_calls(calls: list[PreparedCall], ready: int = 0) -> BackgroundCalls:
     """Hand `calls` to the background thread, which runs them in order (a call's outputs
     may be a later one's inputs); first waits for a submission still running (another
-    session's)."""
+    session's). `ready`: one call's number of out-parameters, whose signals of final
+    values (`BackgroundCalls.wait_output`) it keeps."""
     library = _background()
     count = len(calls)
     entries = (ctypes.c_void_p * count)(*[c.executable._entry_address for c in calls])
     arguments = (ctypes.c_void_p * count)(*[ctypes.addressof(c.frame[1]) for c in calls])
+    flags = (ctypes.c_uint8 * ready)() if ready and count == 1 else None
+    seq = ctypes.c_uint64()
     threads = torch.get_num_threads()
-    error = library.lazymlir_background_submit(entries, arguments, count, threads)
+
+    def submit() -> int:
+        return library.lazymlir_background_submit(entries, arguments, count, threads, flags,
+                                                  ready if flags else 0, ctypes.byref(seq))
+    error = submit()
     while error == errno.EBUSY:  # another session's call: it runs first
         _wait_for_background()
-        error = library.lazymlir_background_submit(entries, arguments, count, threads)
+        error = submit()
     if error:
         raise RuntimeError(f"the background thread for compiled graphs did not take the "
                            f"call: {os.strerror(error)}")
-    return BackgroundCalls(calls, (entries, arguments))
+    return BackgroundCalls(calls, (entries, arguments), flags, seq.value)
 
 
 class BackgroundCalls:
     """Calls `start_calls` handed to the background thread; holds them (their buffers
     and frames) and the arrays naming them until they have run."""
 
-    __slots__ = ("calls", "_arrays")
+    __slots__ = ("calls", "_arrays", "_flags", "_seq")
 
-    def __init__(self, calls: list[PreparedCall], arrays):
-        self.calls, self._arrays = calls, arrays
+    def __init__(self, calls: list[PreparedCall], arrays, flags=None, seq: int = 0):
+        self.calls, self._arrays, self._flags, self._seq = calls, arrays, flags, seq
+
+    def wait_output(self, position: int) -> bool:
+        """Wait (the GIL released) until the one call's out-parameter `position` holds its
+        final value (its code's signal: True) or the call has run (False: it sent none,
+        the code of a graph compiled without signals)."""
+        flags = self._flags
+        if flags is None:
+            return False
+        if flags[position]:
+            return True
+        wait = _background().lazymlir_background_wait_output
+        while True:
+            state = wait(self._seq, flags, position, cpu_background.WAIT_SLICE_NS)
+            if state:
+                return state == 1
 
     @staticmethod
     def wait() -> None:
@@ -381,6 +408,15 @@ class BackgroundCall:
         """Wait (the GIL released) until the call has run; its outputs, as `run`'s."""
         self._started.wait()
         return self._call.finish()
+
+    def early_output(self, k: int) -> torch.Tensor | None:
+        """Output `k` (the graph's numbering) once the code has signaled it final, waiting
+        for that, while the rest of the call may still run; None for an output written
+        into an input, or if the call ended without the signal."""
+        position = self._call.executable.out_parameter.get(k)
+        if position is None or not self._started.wait_output(position):
+            return None
+        return self._call.buffers[position]
 
     @staticmethod
     def seconds() -> float:

@@ -20,6 +20,14 @@ A submission is a chain of calls, run in order: a big graph compiled as segments
 (execution/segment_chain.py) hands over all its segments at once, each segment's
 outputs already allocated as the next one's inputs, so no Python runs between them.
 
+Outputs final before the end (`lazymlir_output_ready`): a graph's code signals each
+out-parameter once nothing writes it any more (lowering/cpu/output_signals.py), so a
+read of one output of a running graph (a training step's loss, read right after
+`mark_step()`) waits only for the code up to it, and the user's thread traces the next
+step while the rest (the backward, the optimizer) runs. A submission of one call may
+hand over an array of flags, one per out-parameter, which the signal sets; on any
+other thread, or without flags, the signal does nothing.
+
 The thread's OpenMP team: compiled loops fork on the calling thread's libgomp team
 (targets/cpu_threads.py); each call carries the thread count to use, which the
 thread sets with libgomp's `omp_set_num_threads` (PyTorch's count on the user's
@@ -53,6 +61,14 @@ static void *const *job_args;
 static int job_count, job_threads;
 static uint64_t submitted, finished, calls, last_ns;
 static int started;
+/* The submission's flags, one per out-parameter of its one call (or none), and the
+   running call's, on the thread running it. */
+static volatile uint8_t *job_ready;
+static int64_t job_ready_count;
+static __thread volatile uint8_t *running_ready;
+static __thread int64_t running_ready_count;
+/* Threads in lazymlir_background_wait_output: a signal wakes them only if there are. */
+static int output_waiters;
 static void (*set_threads)(int);
 /* targets/cpu_threads.py: mark this thread's forks as background ones; count waiters. */
 static void (*mark_background)(int32_t);
@@ -75,6 +91,8 @@ static void *loop(void *unused) {
     void *const *args = job_args;
     int count = job_count;
     int n = job_threads;
+    running_ready = job_ready;
+    running_ready_count = job_ready_count;
     pthread_mutex_unlock(&mu);
     if (set_threads && n > 0 && n != threads) {
       set_threads(n);
@@ -83,6 +101,7 @@ static void *loop(void *unused) {
     uint64_t began = now_ns();
     for (int i = 0; i < count; i++) ((entry_t)fns[i])(args[i]);
     uint64_t took = now_ns() - began;
+    running_ready = 0;
     pthread_mutex_lock(&mu);
     last_ns = took;
     calls += (uint64_t)count;
@@ -98,10 +117,25 @@ void lazymlir_background_bind(void *omp_set_num_threads, void *background, void 
   count_waiting = (void (*)(int32_t))waiting;
 }
 
+/* Called by a graph's code once its out-parameter k holds its final value. */
+void lazymlir_output_ready(int64_t k) {
+  volatile uint8_t *ready = running_ready;
+  if (!ready || k < 0 || k >= running_ready_count) return; /* not a call with flags */
+  __atomic_store_n(&ready[k], 1, __ATOMIC_SEQ_CST);
+  /* (seq_cst both ways: a waiter counted after this load sees the flag set) */
+  if (__atomic_load_n(&output_waiters, __ATOMIC_SEQ_CST)) {
+    pthread_mutex_lock(&mu);
+    pthread_cond_broadcast(&cv);
+    pthread_mutex_unlock(&mu);
+  }
+}
+
 /* Run fns[i](args[i]) for i < count, in order (both arrays stay the caller's, alive
-   until the chain has run). 0: under way; EBUSY: a submission is unfinished; else
-   pthread_create's error. */
-int lazymlir_background_submit(void *const *fns, void *const *args, int count, int threads) {
+   until the chain has run); `ready`: ready_count flags, zero, that a chain of one call
+   sets as its out-parameters become final (or NULL). *seq: the submission's number.
+   0: under way; EBUSY: a submission is unfinished; else pthread_create's error. */
+int lazymlir_background_submit(void *const *fns, void *const *args, int count, int threads,
+                               volatile uint8_t *ready, int64_t ready_count, uint64_t *seq) {
   pthread_mutex_lock(&mu);
   if (finished != submitted) {
     pthread_mutex_unlock(&mu);
@@ -124,7 +158,10 @@ int lazymlir_background_submit(void *const *fns, void *const *args, int count, i
   job_args = args;
   job_count = count;
   job_threads = threads;
+  job_ready = count == 1 ? ready : 0;
+  job_ready_count = ready_count;
   submitted++;
+  *seq = submitted;
   pthread_cond_broadcast(&cv);
   pthread_mutex_unlock(&mu);
   return 0;
@@ -150,6 +187,35 @@ int lazymlir_background_wait(int64_t timeout_ns) {
   pthread_mutex_unlock(&mu);
   if (waited && count_waiting) count_waiting(-1);
   return idle;
+}
+
+/* Waits at most timeout_ns for flag k of submission `seq` (`ready`, as submitted):
+   1 once it is set, 2 once the submission has finished without setting it, 0 else. */
+int lazymlir_background_wait_output(uint64_t seq, volatile const uint8_t *ready, int64_t k,
+                                    int64_t timeout_ns) {
+  struct timespec deadline;
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  deadline.tv_sec += timeout_ns / 1000000000;
+  deadline.tv_nsec += timeout_ns % 1000000000;
+  if (deadline.tv_nsec >= 1000000000) {
+    deadline.tv_sec++;
+    deadline.tv_nsec -= 1000000000;
+  }
+  if (__atomic_load_n(&ready[k], __ATOMIC_SEQ_CST)) return 1;
+  pthread_mutex_lock(&mu);
+  __atomic_add_fetch(&output_waiters, 1, __ATOMIC_SEQ_CST);
+  /* Someone waits: the call's loops take the whole team until it has its output. */
+  if (count_waiting) count_waiting(1);
+  int state = 0;
+  for (;;) {
+    if (__atomic_load_n(&ready[k], __ATOMIC_SEQ_CST)) { state = 1; break; }
+    if (finished >= seq) { state = 2; break; }
+    if (pthread_cond_timedwait(&cv, &mu, &deadline) == ETIMEDOUT) break;
+  }
+  __atomic_sub_fetch(&output_waiters, 1, __ATOMIC_SEQ_CST);
+  pthread_mutex_unlock(&mu);
+  if (count_waiting) count_waiting(-1);
+  return state;
 }
 
 /* Submissions finished since the process started (tests read it holding the GIL). */
@@ -182,6 +248,8 @@ void lazymlir_background_forget(void) {
   pthread_cond_init(&cv, 0);
   started = 0;
   submitted = finished = calls = 0;
+  output_waiters = 0;
+  job_ready = 0;
 }
 """
 
@@ -198,10 +266,15 @@ def load(library: Path, threads: ctypes.CDLL) -> ctypes.CDLL:
     """The loaded library, bound to the OpenMP runtime PyTorch uses (if any) and to
     `threads` (targets/cpu_threads.py's library, which runs the graphs' forks); a
     forked child starts without the thread."""
-    lib = ctypes.CDLL(str(library))
-    lib.lazymlir_background_submit.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
-                                               ctypes.c_int]
+    # RTLD_GLOBAL: graphs' code calls its `lazymlir_output_ready`.
+    lib = ctypes.CDLL(str(library), mode=ctypes.RTLD_GLOBAL)
+    lib.lazymlir_background_submit.argtypes = [
+        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
+        ctypes.c_int64, ctypes.POINTER(ctypes.c_uint64)]
     lib.lazymlir_background_submit.restype = ctypes.c_int
+    lib.lazymlir_background_wait_output.argtypes = [ctypes.c_uint64, ctypes.c_void_p,
+                                                    ctypes.c_int64, ctypes.c_int64]
+    lib.lazymlir_background_wait_output.restype = ctypes.c_int
     lib.lazymlir_background_wait.argtypes = [ctypes.c_int64]
     lib.lazymlir_background_wait.restype = ctypes.c_int
     lib.lazymlir_background_last_ns.restype = ctypes.c_uint64

@@ -125,12 +125,13 @@ def _document(pending: list[LazyValue], static_scalar_ops, donated: tuple) -> di
 
 
 def _await_launched(values: list[LazyValue], runner) -> None:
-    """Wait for the background runs computing `values`; raise the error of one that failed
+    """Wait for the background runs computing `values` (for a run's code up to the value,
+    where it signals its outputs: `_bound_early`); raise the error of one that failed
     (reported: the next sync point does not raise it again)."""
     if runner is not None:
         for value in values:
             run = value.run
-            if run is not None:
+            if run is not None and not _bound_early(value, run):
                 runner.wait_for(run)
     try:
         for value in values:
@@ -139,6 +140,27 @@ def _await_launched(values: list[LazyValue], runner) -> None:
         if runner is not None:
             runner.reported(error)
         raise
+
+
+def _bound_early(value: LazyValue, run) -> bool:
+    """Whether `value` is now bound to its output of `run`, which its code signaled final
+    while the rest of the graph may still be running (waiting for that signal): a training
+    step's loss read right after mark_step() does not wait for the step's backward and
+    optimizer update, and the next step's tracing overlaps them."""
+    early = run.early_output
+    if early is None or run.finished:
+        return False
+    try:
+        k = run.values.index(value)  # (LazyValue compares by identity)
+    except ValueError:  # bound already: the binding empties the list
+        return False
+    data = early(k)
+    if data is None:
+        return False
+    if value.run is run:  # (not bound by the run's end meanwhile)
+        value.materialized(data)
+        session.current().metrics.inc("EarlyReads")
+    return True
 
 
 def _ready(value: LazyValue):
@@ -176,6 +198,7 @@ def _launch(plan, key: str, count: int, pending: list[LazyValue], inputs: list[L
         retired.clear()
     # Running before the launch: the execution thread may bind them at once.
     run = runs.Run(f"{key[:16]} ({count} ops)")
+    run.values = bound
     nodes = [value.node for value in pending]
     for value in pending:
         value.launched(run)

@@ -34,7 +34,7 @@ WRITABLE = "bufferization.writable"
 INPUTS = "lazymlir.inputs"
 
 
-def _pairs(func) -> list[tuple[int, int]]:
+def in_place_pairs(func) -> list[tuple[int, int]]:
     """The (input, result) pairs of `func`'s `lazymlir.in_place` attribute."""
     from mlir import ir
 
@@ -89,7 +89,7 @@ def protect_inputs(module, in_place: bool | str = True) -> None:
             continue
         if "sym_visibility" in func.operation.attributes:
             continue
-        pairs = _pairs(func.operation) if in_place else []
+        pairs = in_place_pairs(func.operation) if in_place else []
         if IN_PLACE in func.operation.attributes and not in_place:
             del func.operation.attributes[IN_PLACE]
         if pairs:
@@ -118,7 +118,7 @@ def drop_in_place_results(module) -> None:
         block = func.regions[0].blocks[0]
         doomed = []
         ret = block.operations[len(block.operations) - 1]
-        for input_index, result_index in _pairs(func.operation):
+        for input_index, result_index in in_place_pairs(func.operation):
             out, target = block.arguments[inputs + result_index], block.arguments[input_index]
             uses = [use.owner for use in out.uses]
             if len(uses) == 1 and uses[0].name == "memref.copy" and \

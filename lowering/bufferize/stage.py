@@ -66,7 +66,24 @@ class Preparation:
     choose: Callable[[str], tuple[str, str]] | None = None
 
 
+# On a public function: how many results it had before they became out-parameters
+# (the last ones of its arguments, less those dropped for in-place updates: the
+# cpu target's lowering/cpu/output_signals.py numbers them).
+RESULTS = "lazymlir.results"
+
+
+def _mark_results(module) -> None:
+    from mlir import ir
+
+    for op in module.body.operations:
+        if op.operation.name == "func.func" and "sym_visibility" not in op.attributes:
+            results = ir.FunctionType(ir.TypeAttr(op.attributes["function_type"]).value).results
+            op.attributes[RESULTS] = ir.IntegerAttr.get(
+                ir.IntegerType.get_signless(64), len(results))
+
+
 def _before_bufferize(module, in_place: bool | str, before: Callable | None) -> None:
+    _mark_results(module)
     copy_repeated_results(module)
     buffer_copies.unshare_fills(module)
     graph_inputs.protect_inputs(module, in_place)

@@ -8,8 +8,8 @@ from __future__ import annotations
 import logging
 import re
 
-from . import (asserts, bf16_rounding, c_interface, deallocation, entry_blocks, outline, parallel,
-               schedule)
+from . import (asserts, bf16_rounding, c_interface, deallocation, entry_blocks, outline,
+               output_signals, parallel, schedule)
 from ..bufferize import buffer_copies
 from ..mlir_runner import UPSTREAM, run_pipeline
 
@@ -127,8 +127,13 @@ def to_loops(text: str):
     # nest repeated by every layer of a model is one function too (the regions are
     # most of a transformer graph's code). On the same module: printing and parsing it
     # again cost ~1.3 s of CPU on a DenseNet-121 training step's 4 MB of loops.
-    return run_pipeline(UPSTREAM, None, PARALLEL_LOOPS_PIPELINE,
-                        before=outline.outline_loop_nests, module=module)
+    module = run_pipeline(UPSTREAM, None, PARALLEL_LOOPS_PIPELINE,
+                          before=outline.outline_loop_nests, module=module)
+    # Last: each out-parameter's signal goes after the op that last touches it, in the
+    # function as it is run (output_signals.py).
+    with module.context:
+        output_signals.insert(module)
+    return module
 
 
 def _mark_c_interface(module) -> list[str]:

@@ -37,7 +37,7 @@ module {
   }
 }
 // CHECK-LABEL: func.func @linear$3d
-// CHECK-SAME: (%[[X:.*]]: memref<2x4x8xf32>, %[[W:.*]]: memref<8x16xf32>, %[[OUT:.*]]: memref<2x4x16xf32>) {
+// CHECK-SAME: (%[[X:.*]]: memref<2x4x8xf32>, %[[W:.*]]: memref<8x16xf32>, %[[OUT:.*]]: memref<2x4x16xf32>) attributes {lazymlir.results = {{[0-9]+}} : i64} {
 // The scaling stays a loop of its own, before the matmul.
 // CHECK: linalg.generic
 // CHECK: arith.mulf

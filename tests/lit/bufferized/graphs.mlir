@@ -10,7 +10,7 @@ module {
   }
 }
 // CHECK-LABEL: func.func @view$transpose
-// CHECK-SAME: (%[[ARG0:.*]]: memref<4x8xf32>, %[[ARG1:.*]]: memref<8x4xf32>) {
+// CHECK-SAME: (%[[ARG0:.*]]: memref<4x8xf32>, %[[ARG1:.*]]: memref<8x4xf32>) attributes {lazymlir.results = {{[0-9]+}} : i64} {
 // CHECK: linalg.transpose ins(%[[ARG0]] : memref<4x8xf32>) outs(%[[ARG1]] : memref<8x4xf32>) permutation = [1, 0]
 // CHECK: return
 
@@ -48,7 +48,7 @@ module {
   }
 }
 // CHECK-LABEL: func.func @mlp$multi
-// CHECK-SAME: (%[[ARG0:.*]]: memref<4x8xf32>, %[[ARG1:.*]]: memref<8x16xf32>, %[[ARG2:.*]]: memref<16xf32>, %[[ARG3:.*]]: memref<4xf32>) {
+// CHECK-SAME: (%[[ARG0:.*]]: memref<4x8xf32>, %[[ARG1:.*]]: memref<8x16xf32>, %[[ARG2:.*]]: memref<16xf32>, %[[ARG3:.*]]: memref<4xf32>) attributes {lazymlir.results = {{[0-9]+}} : i64} {
 // CHECK: %[[ALLOC:.*]] = memref.alloc() {alignment = 64 : i64} : memref<4x16xf32>
 // CHECK: linalg.fill ins(%[[CST:.*]] : f32) outs(%[[ALLOC]] : memref<4x16xf32>)
 // CHECK: return

@@ -17,7 +17,7 @@ module {
   }
 }
 // CHECK-LABEL: func.func @relu$basic
-// CHECK-SAME: (%[[ARG0:.*]]: memref<4x8xf32>, %[[ARG1:.*]]: memref<4x8xf32>) {
+// CHECK-SAME: (%[[ARG0:.*]]: memref<4x8xf32>, %[[ARG1:.*]]: memref<4x8xf32>) attributes {lazymlir.results = {{[0-9]+}} : i64} {
 // CHECK: linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]} ins(%[[ARG0]] : memref<4x8xf32>) outs(%[[ARG1]] : memref<4x8xf32>) {
 // CHECK: return
 
@@ -38,7 +38,7 @@ module {
   }
 }
 // CHECK-LABEL: func.func @add$broadcast
-// CHECK-SAME: (%[[ARG0:.*]]: memref<4x8xf32>, %[[ARG1:.*]]: memref<8xf32>, %[[ARG2:.*]]: memref<4x8xf32>) {
+// CHECK-SAME: (%[[ARG0:.*]]: memref<4x8xf32>, %[[ARG1:.*]]: memref<8xf32>, %[[ARG2:.*]]: memref<4x8xf32>) attributes {lazymlir.results = {{[0-9]+}} : i64} {
 // CHECK: linalg.generic {indexing_maps = [#map, #map1, #map], iterator_types = ["parallel", "parallel"]} ins(%[[ARG0]], %[[ARG1]] : memref<4x8xf32>, memref<8xf32>) outs(%[[ARG2]] : memref<4x8xf32>) {
 // CHECK: return
 
@@ -61,7 +61,7 @@ module {
   }
 }
 // CHECK-LABEL: func.func @sum$dim
-// CHECK-SAME: (%[[ARG0:.*]]: memref<4x8xf32>, %[[ARG1:.*]]: memref<4xf32>) {
+// CHECK-SAME: (%[[ARG0:.*]]: memref<4x8xf32>, %[[ARG1:.*]]: memref<4xf32>) attributes {lazymlir.results = {{[0-9]+}} : i64} {
 // CHECK: linalg.fill ins(%[[CST:.*]] : f32) outs(%[[ARG1]] : memref<4xf32>)
 // CHECK: return
 
@@ -78,7 +78,7 @@ module {
   }
 }
 // CHECK-LABEL: func.func @mm$basic
-// CHECK-SAME: (%[[ARG0:.*]]: memref<4x8xf32>, %[[ARG1:.*]]: memref<8x16xf32>, %[[ARG2:.*]]: memref<4x16xf32>) {
+// CHECK-SAME: (%[[ARG0:.*]]: memref<4x8xf32>, %[[ARG1:.*]]: memref<8x16xf32>, %[[ARG2:.*]]: memref<4x16xf32>) attributes {lazymlir.results = {{[0-9]+}} : i64} {
 // CHECK: linalg.fill ins(%[[CST:.*]] : f32) outs(%[[ARG2]] : memref<4x16xf32>)
 // CHECK: return
 
@@ -98,7 +98,7 @@ module {
 // One zero fill shared by two matmuls (CSE): each matmul gets a fill of its own
 // buffer (lowering/bufferize/buffer_copies.py), not a copy of the other's filled buffer.
 // CHECK-LABEL: func.func @mm$shared_fill
-// CHECK-SAME: (%[[A:.*]]: memref<64x32xf32>, %[[B:.*]]: memref<32x16xf32>, %[[C:.*]]: memref<32x16xf32>, %[[OUT0:.*]]: memref<64x16xf32>, %[[OUT1:.*]]: memref<64x16xf32>) {
+// CHECK-SAME: (%[[A:.*]]: memref<64x32xf32>, %[[B:.*]]: memref<32x16xf32>, %[[C:.*]]: memref<32x16xf32>, %[[OUT0:.*]]: memref<64x16xf32>, %[[OUT1:.*]]: memref<64x16xf32>) attributes {lazymlir.results = {{[0-9]+}} : i64} {
 // CHECK-NOT: memref.copy
 // CHECK-DAG: linalg.fill ins(%{{.*}} : f32) outs(%[[OUT0]] : memref<64x16xf32>)
 // CHECK-DAG: linalg.fill ins(%{{.*}} : f32) outs(%[[OUT1]] : memref<64x16xf32>)

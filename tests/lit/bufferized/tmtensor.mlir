@@ -31,7 +31,7 @@ module {
   }
 }
 // CHECK-LABEL: func.func @index_put$loops_on_buffers
-// CHECK-SAME: (%[[ARG0:.*]]: memref<4x5xf32>, %[[ARG1:.*]]: memref<2xi64>, %[[ARG2:.*]]: memref<2x5xf32>, %[[OUT:.*]]: memref<4x5xf32>) {
+// CHECK-SAME: (%[[ARG0:.*]]: memref<4x5xf32>, %[[ARG1:.*]]: memref<2xi64>, %[[ARG2:.*]]: memref<2x5xf32>, %[[OUT:.*]]: memref<4x5xf32>) attributes {lazymlir.results = {{[0-9]+}} : i64} {
 // CHECK-NOT: bufferization.
 // CHECK: memref.copy %[[ARG0]], %[[OUT]] : memref<4x5xf32> to memref<4x5xf32>
 // CHECK: scf.for

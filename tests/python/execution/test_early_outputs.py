@@ -1,0 +1,121 @@
+"""Reads of an output a running graph has finished (lowering/cpu/output_signals.py,
+targets/cpu_background.py, tracing/materialize.py `_bound_early`): a training step's
+loss read right after mark_step() waits for the code up to the loss, not for the
+backward and the optimizer update after it."""
+
+from __future__ import annotations
+
+import lazymlir
+import pytest
+import torch
+from conftest import DEVICE, assert_no_fallback, target_name
+
+pytestmark = pytest.mark.skipif(target_name() != "cpu",
+                                reason="background runs are the cpu target's")
+
+
+@pytest.fixture
+def background():
+    settings = lazymlir.config.settings()
+    before = settings.async_execution
+    settings.async_execution = True
+    yield
+    lazymlir.wait()
+    settings.async_execution = before
+
+
+def _early_reads() -> int:
+    return lazymlir.metrics.counter("EarlyReads")
+
+
+def test_loss_read_every_step_matches_eager(background):
+    torch.manual_seed(0)
+    eager = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    lazy = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    lazy.load_state_dict(eager.state_dict())
+    lazy = lazy.to(DEVICE)
+    eager_opt = torch.optim.SGD(eager.parameters(), lr=0.05, momentum=0.9)
+    lazy_opt = torch.optim.SGD(lazy.parameters(), lr=0.05, momentum=0.9)
+    x, y = torch.randn(8, 16), torch.randn(8, 4)
+    xl, yl = x.to(DEVICE), y.to(DEVICE)
+    before = _early_reads()
+    for _ in range(6):
+        for model, opt, a, b in ((eager, eager_opt, x, y), (lazy, lazy_opt, xl, yl)):
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(a), b)
+            loss.backward()
+            opt.step()
+            if model is eager:
+                expected = loss.item()
+        lazymlir.mark_step()
+        assert loss.item() == pytest.approx(expected, rel=1e-5, abs=1e-6)
+        # The parameters' new values (written into their old buffers: not early) too.
+        torch.testing.assert_close(lazy[2].bias.cpu(), eager[2].bias, rtol=1e-5, atol=1e-6)
+    # Each loss was bound from its signal (the bias read after it waited for the end).
+    assert _early_reads() - before == 6
+    lazymlir.wait()
+    for pe, pl in zip(eager.parameters(), lazy.parameters()):
+        torch.testing.assert_close(pl.cpu(), pe, rtol=1e-5, atol=1e-6)
+    assert_no_fallback()
+
+
+def test_a_read_returns_before_the_rest_of_the_graph_has_run(background):
+    """The loss comes first, then ~0.1 s of matmuls nothing reads yet: its read
+    returns while they run (the background thread's count of finished submissions
+    has not moved). Timing decides only whether the run was still going; the
+    runs are long enough that one of three must be."""
+    from lazymlir.targets import cpu
+
+    torch.manual_seed(0)
+    a, w = torch.randn(64, 64), torch.randn(512, 512) / 24
+    al, wl = a.to(DEVICE), w.to(DEVICE)
+    library = cpu.background_library()
+    early, before = 0, _early_reads()
+    for _ in range(3):
+        loss = (al * al).sum()
+        tail = wl
+        for _ in range(24):  # ~6 GFLOP, done after the loss
+            tail = torch.tanh(tail @ wl)
+        lazymlir.mark_step()
+        finished = library.lazymlir_background_finished()
+        assert loss.item() == pytest.approx((a * a).sum().item(), rel=1e-5)
+        early += library.lazymlir_background_finished() == finished
+        expected = w
+        for _ in range(24):
+            expected = torch.tanh(expected @ w)
+        torch.testing.assert_close(tail.cpu(), expected, rtol=1e-4, atol=1e-5)
+    # (the tail's read too: its signal is set before the run's end is bound)
+    assert _early_reads() - before == 6
+    assert early >= 1
+    assert_no_fallback()
+
+
+def test_graphs_with_checks_are_read_at_their_end(background):
+    """A graph holding index checks: a failed check anywhere reruns it eagerly and raises
+    eager's error at the read, so no value of it is handed out before its end."""
+    x = torch.randn(8, 4)
+    xl = x.to(DEVICE)
+    before = _early_reads()
+    index = torch.tensor([1, 9]).to(DEVICE)
+    loss = xl.sum()
+    picked = xl[index]  # row 9 of 8
+    lazymlir.mark_step()
+    with pytest.raises(IndexError):
+        loss.item()
+        picked.cpu()
+    assert _early_reads() == before
+
+
+def test_segments_are_read_at_the_end(background, monkeypatch):
+    """A graph cut into segments runs as a chain: its values are bound at its end."""
+    settings = lazymlir.config.settings()
+    monkeypatch.setattr(settings, "segment_nodes", 4)
+    x = torch.randn(8, 8)
+    xl = x.to(DEVICE)
+    before = _early_reads()
+    loss = (xl * 2).sum()
+    rest = ((xl + 1).relu() * 3 - 1).exp()
+    lazymlir.mark_step()
+    assert loss.item() == pytest.approx((x * 2).sum().item(), rel=1e-5)
+    torch.testing.assert_close(rest.cpu(), ((x + 1).relu() * 3 - 1).exp())
+    assert _early_reads() == before
