@@ -234,16 +234,19 @@ def _node_info(node: Node, static_scalar_ops, infos: dict) -> tuple[str, bool]:
     return info
 
 
-def graph_key(targets: list[LazyValue], target: str, static_scalar_ops=frozenset()
-              ) -> tuple[str, list[LazyValue], list[float], int]:
+def graph_key(targets: list[LazyValue], target: str, static_scalar_ops=frozenset(),
+              nodes: list | None = None) -> tuple[str, list[LazyValue], list[float], int]:
     """(key, inputs, scalars, node count) of `build_graph(targets, static_scalar_ops)`'s
     graph for `target`, without building it: the same inputs and scalar values, and a
     key equal for two sets of targets iff their documents are equal (a function of the
     same content: ops, non-tensor arguments, which node or input each tensor argument
     is, the inputs' and outputs' shapes and dtypes, the number of scalar inputs). The
     key is not `fx_graph.structural_hash` of the document; the lazy device's graphs are
-    cached by this one."""
+    cached by this one. `nodes`: a list that gets the graph's nodes, in order (what
+    `pending_nodes(targets)` would give again)."""
     ordered = pending_nodes(targets)
+    if nodes is not None:
+        nodes.extend(ordered)
     node_index = {node.seq: i for i, node in enumerate(ordered)}
     input_index: dict[int, int] = {}
     inputs: list[LazyValue] = []

@@ -63,8 +63,10 @@ def _compute(current, pending: list[LazyValue], wait: bool) -> None:
             # instead of raising the same error again for as long as they live.
             static_scalar_ops = frozenset(current.static_scalar_ops)
             target = targets.active()
-            key, inputs, scalars, count = graph_key(pending, target.name, static_scalar_ops)
-            donated = () if wait else _donations(current, target, key, pending, inputs)
+            nodes: list = []
+            key, inputs, scalars, count = graph_key(pending, target.name, static_scalar_ops,
+                                                    nodes)
+            donated = () if wait else _donations(current, target, key, pending, inputs, nodes)
             key = donation.keyed(key, donated)
             plan = executor.prepare_keyed(
                 key, lambda: _document(pending, static_scalar_ops, donated))
@@ -96,12 +98,12 @@ def _compute(current, pending: list[LazyValue], wait: bool) -> None:
 
 
 def _donations(current, target, key: str, pending: list[LazyValue],
-               inputs: list[LazyValue]) -> tuple:
+               inputs: list[LazyValue], nodes: list) -> tuple:
     """The (input, output) pairs this graph may update in place (donation.py); only at a
     mark_step(), whose graph computes every live pending value: no node of its graph stays
     in the trace after it. A read computes what it asks for, and the nodes of its graph
     that other pending values need stay, with their references to its inputs, which its
-    count of references would take for its own."""
+    count of references would take for its own. `nodes`: the graph's nodes."""
     if not inputs or not donation.enabled(current, target):
         return ()
     pairs = donation.candidates(key, pending, inputs)
@@ -114,7 +116,7 @@ def _donations(current, target, key: str, pending: list[LazyValue],
         # takes the same plan without the safety checks' cost (~1000 nodes scanned a
         # step for the small GPT).
         return pairs
-    return donation.safe_pairs(pairs, inputs, pending_nodes(pending), current.runs)
+    return donation.safe_pairs(pairs, inputs, nodes, current.runs)
 
 
 def _document(pending: list[LazyValue], static_scalar_ops, donated: tuple) -> dict:
