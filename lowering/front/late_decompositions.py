@@ -41,7 +41,7 @@ from .fx_rewrite import Builder, fake_mode, replace
 aten = torch.ops.aten
 prims = torch.ops.prims
 
-# Op -> the decomposition this stage applies; the tracer records these ops whole.
+
 def _masked_fill_scalar(a, mask, value):
     """PyTorch's reference, which converts a number value to `a`'s Python type first: a
     lifted float (the sentinel here) filling an integer or bool tensor is made a 0-d
@@ -52,6 +52,7 @@ def _masked_fill_scalar(a, mask, value):
     return torch._refs.masked_fill(a, mask, value)
 
 
+# Op -> the decomposition this stage applies; the tracer records these ops whole.
 LATE = {
     aten.addcmul.default: None,  # (None: the tracer's table's own, looked up on first use)
     aten.addcdiv.default: None,
@@ -79,7 +80,7 @@ _SENTINEL = 0.7853981633974483  # stands for a lifted float while make_fx traces
 _traced: dict = {}  # (op, argument signature) -> the decomposition's traced GraphModule
 _TRACED_LIMIT = 1024  # (a process compiling graphs of ever new shapes)
 _tracer_table = None  # tracer_table()
-_make_fx_table = None  # tracer_table() with prims.convert_element_type as the tracer records it
+_make_fx_table = None  # tracer_table() and LATE's, prims.convert_element_type as a _to_copy
 
 
 def _decomposition(op):
