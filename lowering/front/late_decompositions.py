@@ -44,10 +44,11 @@ prims = torch.ops.prims
 
 def _masked_fill_scalar(a, mask, value):
     """PyTorch's reference, which converts a number value to `a`'s Python type first: a
-    lifted float (the sentinel here) filling an integer or bool tensor is made a 0-d
-    float64 tensor and converted in the graph (truncated toward 0, as Python's int()
-    does), not converted here, where it would be the sentinel's int."""
-    if type(value) is float and not (a.dtype.is_floating_point or a.dtype.is_complex):
+    lifted float (the sentinel here) filling an integer, bool or complex tensor is made
+    a 0-d float64 tensor and converted in the graph (to an integer truncated toward 0,
+    as Python's int() does), not here, where the sentinel's int or complex would be
+    baked in. (The tracer's decomposition could not record a complex fill value.)"""
+    if type(value) is float and not a.dtype.is_floating_point:
         value = torch.scalar_tensor(value, dtype=torch.float64, device=a.device)
     return torch._refs.masked_fill(a, mask, value)
 

@@ -207,3 +207,16 @@ def test_a_gpt_step_takes_them_without_python(monkeypatch):
     ops = {e.split(".")[1] for e in entries}
     assert ops & set(_NEW) == set(), entries
     assert_no_fallback()
+
+
+def test_masked_fill_converts_a_lifted_float_to_the_tensors_dtype():
+    """A float filling an integer or complex tensor (a scalar graph input): converted in
+    the graph as eager converts it (integers truncated toward 0; the tracer's
+    decomposition could not record a complex fill value)."""
+    mask = torch.rand(4, 3, generator=torch.Generator().manual_seed(0)) > 0.5
+    lazymlir.metrics.reset()
+    for x in (torch.arange(12).reshape(4, 3), torch.randn(4, 3, dtype=torch.complex64)):
+        for value in (2.75, -2.75):
+            got = x.to(DEVICE).masked_fill(mask.to(DEVICE), value).cpu()
+            assert torch.equal(got, x.masked_fill(mask, value)), (x.dtype, value)
+    assert_no_fallback()
