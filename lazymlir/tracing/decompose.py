@@ -33,8 +33,8 @@ aten = torch.ops.aten
 def table():
     """The decompositions the tracer applies as it records: torch-mlir's table and
     lazymlir's, except the ops the `torch` stage decomposes whole
-    (lowering.front.late_decompositions: the optimizers' element ops, recorded by the
-    C++ entry)."""
+    (lowering.front.late_decompositions: the optimizers' element ops, a transformer's
+    backward ops and loss, recorded by the C++ entry)."""
     return late_decompositions.tracer_table()
 
 

@@ -7,7 +7,8 @@
 // kernels would otherwise be chosen before a fallback) and as the backend fallback for
 // ops registered later. `entry` records the common case itself, with no Python frame:
 // an op whose route is its recorder (tracer.py), every argument a lazy tensor, None, a
-// number, a list of ints or a dtype, and its output shapes in this op's shape cache.
+// number, a list of ints or of bools, a string or a dtype, and its output shapes in this
+// op's shape cache.
 // It then makes the Node and LazyValue objects the Python tracer would have made
 // (their __slots__ written directly) and outputs whose Python objects are made only
 // if Python ever asks for them. Everything else (special ops, decompositions, random
@@ -317,7 +318,7 @@ struct ShapeEntry {
   std::vector<Output> outputs;
 };
 
-enum class Arg : uint8_t { Tensor, Int, Float, Bool, Scalar, IntList, Dtype, Str, Other };
+enum class Arg : uint8_t { Tensor, Int, Float, Bool, Scalar, IntList, BoolList, Dtype, Str, Other };
 
 struct OpInfo {
   std::optional<c10::OperatorName> name;  // (an op removed, another made at its address)
@@ -367,6 +368,8 @@ Arg kind_of(const c10::TypePtr& type) {
       if (element == c10::TypeKind::IntType || element == c10::TypeKind::SymIntType) {
         return Arg::IntList;
       }
+      // (`bool[3] output_mask`: native_layer_norm_backward's, keyed by value)
+      if (element == c10::TypeKind::BoolType) return Arg::BoolList;
       return Arg::Other;
     }
     default: return Arg::Other;
@@ -551,8 +554,14 @@ bool build_key(const OpInfo& info, const c10::IValue* args, size_t n, std::strin
           break;
         }
         const at::Tensor& t = v.toTensor();
+        if (!t.defined()) {
+          // An absent optional tensor as autograd passes it (nll_loss_backward's
+          // weight): the Python tracer gets None for it.
+          key.push_back('N');
+          break;
+        }
         LazyImpl* impl = lazy_impl(t);
-        if (impl == nullptr && t.defined() && t.unsafeGetTensorImpl()->is_wrapped_number()) {
+        if (impl == nullptr && t.unsafeGetTensorImpl()->is_wrapped_number()) {
           // `x * 2.0`: the Python tracer gets the number (torch::jit::toPyObject's rule)
           if (!wrapped_key(info, t, key)) return false;
           break;
@@ -604,6 +613,17 @@ bool build_key(const OpInfo& info, const c10::IValue* args, size_t n, std::strin
         }
         break;
       }
+      case Arg::BoolList: {
+        if (!v.isList()) return false;
+        const auto& list = v.toListRef();
+        int64_t size = list.size();
+        put(key, 'B', &size, sizeof size);
+        for (const auto& e : list) {
+          if (!e.isBool()) return false;
+          key.push_back(e.toBool() ? 1 : 0);
+        }
+        break;
+      }
       case Arg::Str: {
         if (!v.isString()) return false;
         const std::string& text = v.toStringRef();
@@ -629,6 +649,7 @@ PyObject* node_arg(const OpInfo& info, size_t i, const c10::IValue& v) {
       if (v.isInt()) return PyLong_FromLongLong(v.toInt());        // number (build_key)
       if (v.isBool()) return PyBool_FromLong(v.toBool());
       const at::Tensor& t = v.toTensor();
+      if (!t.defined()) Py_RETURN_NONE;  // (an absent optional tensor: build_key)
       LazyImpl* impl = lazy_impl(t);
       if (impl == nullptr) {  // a wrapped number (wrapped_key took it)
         switch (t.scalar_type()) {
@@ -656,6 +677,13 @@ PyObject* node_arg(const OpInfo& info, size_t i, const c10::IValue& v) {
         int_of(items[k], &x);
         PyList_SET_ITEM(list, k, PyLong_FromLongLong(x));
       }
+      return list;
+    }
+    case Arg::BoolList: {
+      const auto& items = v.toListRef();
+      PyObject* list = PyList_New(static_cast<Py_ssize_t>(items.size()));
+      if (list == nullptr) return nullptr;
+      for (size_t k = 0; k < items.size(); k++) PyList_SET_ITEM(list, k, PyBool_FromLong(items[k].toBool()));
       return list;
     }
     case Arg::Str: {

@@ -19,9 +19,18 @@ number weight is decomposed by PyTorch's reference (the weight as a 0-d tensor, 
 (the choice made in Python, on the value): both compute `coeff * (end - start) + base`
 with the weight rounded to the tensor's dtype and `weight - 1` rounded once, so the bits
 are the same.
+
+Also the backward ops and the loss of a transformer's step (layer norm's, GELU's,
+softmax's and the embedding's backward, `masked_fill`, `nll_loss`): their static list
+arguments (`normalized_shape`, `output_mask`) are keyed by value, as the tracer's
+templates key them; their decompositions branch only on shapes, dtypes and static
+arguments, and make_fx traces them at the graph's sizes (so not in a graph with
+symbolic sizes: torch.compile's graphs, decomposed by AOTAutograd, never hold them).
 """
 
 from __future__ import annotations
+
+import operator
 
 import torch
 import torch.fx
@@ -32,20 +41,47 @@ from .fx_rewrite import Builder, fake_mode, replace
 aten = torch.ops.aten
 prims = torch.ops.prims
 
+
+def _masked_fill_scalar(a, mask, value):
+    """PyTorch's reference, which converts a number value to `a`'s Python type first: a
+    lifted float (the sentinel here) filling an integer, bool or complex tensor is made
+    a 0-d float64 tensor and converted in the graph (to an integer truncated toward 0,
+    as Python's int() does), not here, where the sentinel's int or complex would be
+    baked in. (The tracer's decomposition could not record a complex fill value.)"""
+    if type(value) is float and not a.dtype.is_floating_point:
+        value = torch.scalar_tensor(value, dtype=torch.float64, device=a.device)
+    return torch._refs.masked_fill(a, mask, value)
+
+
 # Op -> the decomposition this stage applies; the tracer records these ops whole.
 LATE = {
     aten.addcmul.default: None,  # (None: the tracer's table's own, looked up on first use)
     aten.addcdiv.default: None,
     aten.lerp.Tensor: None,
     aten.lerp.Scalar: torch._refs.lerp,  # value-independent (see above)
+    # A transformer's backward and loss (a GPT step: 16 of its 28 entries of the Python
+    # tracer). Their decompositions branch on shapes, dtypes and static arguments only.
+    aten.native_layer_norm_backward.default: None,
+    aten.gelu_backward.default: None,
+    aten._softmax_backward_data.default: None,
+    aten._log_softmax_backward_data.default: None,
+    aten.embedding_dense_backward.default: None,
+    aten.masked_fill.Scalar: _masked_fill_scalar,
+    aten.nll_loss_forward.default: None,
+    aten.nll_loss_backward.default: None,
 }
+# LATE's elementwise ops: traced at a symbolic graph's size hints (which sizes are 1 is
+# all that matters to them). The others use their sizes (a reduction's count, a new
+# tensor's shape) and refuse symbolic ones.
+ELEMENTWISE = {aten.addcmul.default, aten.addcdiv.default, aten.lerp.Tensor, aten.lerp.Scalar,
+               aten.gelu_backward.default, aten.masked_fill.Scalar}
 
 _CPU = torch.device("cpu")
 _SENTINEL = 0.7853981633974483  # stands for a lifted float while make_fx traces
 _traced: dict = {}  # (op, argument signature) -> the decomposition's traced GraphModule
 _TRACED_LIMIT = 1024  # (a process compiling graphs of ever new shapes)
 _tracer_table = None  # tracer_table()
-_make_fx_table = None  # tracer_table() with prims.convert_element_type as the tracer records it
+_make_fx_table = None  # tracer_table() and LATE's, prims.convert_element_type as a _to_copy
 
 
 def _decomposition(op):
@@ -55,13 +91,16 @@ def _decomposition(op):
     return function
 
 
-def _signature(value):
-    """An argument as make_fx gets it (a meta tensor, a number, the sentinel) and its key."""
+def _signature(op, value):
+    """An argument as make_fx gets it (a meta tensor, a number, the sentinel, a static
+    list) and its key."""
     if isinstance(value, torch.fx.Node):
         val = value.meta.get("val")
         if isinstance(val, torch.Tensor):
-            # (sizes from their hints: the decompositions here are elementwise, what
-            # matters is which sizes are 1; the graph's own sizes are used below)
+            if op not in ELEMENTWISE and not all(isinstance(s, int) for s in val.shape):
+                raise NotImplementedError(f"{op} with symbolic sizes")
+            # (an elementwise op's sizes from their hints: what matters is which sizes
+            # are 1; the graph's own sizes are used below)
             shape = tuple(s if isinstance(s, int) else (s.node.hint or 2) for s in val.shape)
             meta = torch.empty(shape, dtype=val.dtype, device="meta")
             return meta, ("tensor", shape, val.dtype)
@@ -69,7 +108,14 @@ def _signature(value):
             return _SENTINEL, ("lifted",)
         raise NotImplementedError(f"a {type(val).__name__} node argument")
     if isinstance(value, (list, tuple)):
-        raise NotImplementedError("a list argument")
+        # Static sizes and masks (normalized_shape, output_mask), by value as the
+        # tracer's templates key them; a graph value in a list (a symbolic size) is not.
+        items = [_signature(op, v) for v in value]
+        if any(m[1][0] != "static" and m[1][0] != "list" for m in items):
+            raise NotImplementedError("a list holding a graph value")
+        return type(value)(m[0] for m in items), ("list", type(value), tuple(m[1] for m in items))
+    if type(value) is float:
+        return value, ("static", float, value.hex())  # (by its bits: -0.0 == 0.0)
     return value, ("static", type(value), value)
 
 
@@ -77,22 +123,31 @@ def _trace(op, args, kwargs):
     """make_fx's graph of `op`'s decomposition for these arguments (cached by signature)."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    made = [_signature(a) for a in args]
-    made_kwargs = {k: _signature(v) for k, v in kwargs.items()}
+    made = [_signature(op, a) for a in args]
+    made_kwargs = {k: _signature(op, v) for k, v in kwargs.items()}
     key = (op, tuple(m[1] for m in made), tuple((k, m[1]) for k, m in made_kwargs.items()))
     traced = _traced.get(key)
     if traced is None:
         tensors = [m[0] for m in made if isinstance(m[0], torch.Tensor)]
         function = _decomposition(op)
 
-        def run(*metas):
+        tensors += [m[0] for m in made_kwargs.values() if isinstance(m[0], torch.Tensor)]
+
+        def run(*metas):  # (tensors in _expand's order: positional, then keyword)
             feed = iter(metas)
             call_args = [next(feed) if isinstance(m[0], torch.Tensor) else m[0] for m in made]
-            return function(*call_args, **{k: m[0] for k, m in made_kwargs.items()})
+            call_kwargs = {k: next(feed) if isinstance(m[0], torch.Tensor) else m[0]
+                           for k, m in made_kwargs.items()}
+            out = function(*call_args, **call_kwargs)
+            # (a plain tuple: PyTorch's named tuples, nll_loss's, are no graph output)
+            return tuple(out) if isinstance(out, tuple) else out
 
         global _make_fx_table
         if _make_fx_table is None:
-            _make_fx_table = {**tracer_table(), prims.convert_element_type.default: _to_copy}
+            # (LATE's ops too: a decomposition may call one, embedding_dense_backward's
+            # masked_fill; the tracer decomposed such a call as it recorded it)
+            _make_fx_table = {**tracer_table(), **{late: _decomposition(late) for late in LATE},
+                              prims.convert_element_type.default: _to_copy}
         if len(_traced) >= _TRACED_LIMIT:
             _traced.clear()
         traced = _traced[key] = make_fx(run, decomposition_table=_make_fx_table)(*tensors)
@@ -148,7 +203,16 @@ def _expand(gm: torch.fx.GraphModule, node: torch.fx.Node, mode) -> None:
             env[piece] = builder(piece.target, *mapped(piece.args), **mapped(piece.kwargs))
         elif piece.op == "output":
             result = mapped(piece.args[0])
-    replace(node, result, builder.created)
+    if isinstance(result, (tuple, list)):
+        # Several results (layer norm's backward, nll_loss): the graph reads them by
+        # `getitem` nodes (every one present: fx_graph asks for masked-off ones too).
+        for user in list(node.users):
+            if user.op != "call_function" or user.target is not operator.getitem:
+                raise NotImplementedError(f"{node.target}'s results used whole")
+            replace(user, result[user.args[1]], builder.created)
+        gm.graph.erase_node(node)
+    else:
+        replace(node, result, builder.created)
 
 
 def apply(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:

@@ -57,7 +57,7 @@ def test_a_steps_trace_is_freed_by_reference_counting():
     try:
         loss = step()
         traced = [v for v in _trace_values() if id(v) not in inputs]
-        assert len(traced) > 100  # forward, backward and AdamW
+        assert len(traced) > 50  # forward, backward and AdamW (its backward ops recorded whole)
         assert not any(gc.is_tracked(v) or gc.is_tracked(v.node) for v in traced if v.node)
         refs = [weakref.ref(v) for v in traced]
         del traced
