@@ -7,8 +7,9 @@ A training script alternates eager work (data, metrics, logging) with its steps;
 thread pools fighting for the cores (PyTorch's OpenMP threads spinning while compiled
 code wants them) made such a program tens of times slower. Contenders, each on its own
 copy of the same initial weights, one call = one training step and a read of its loss
-(`.item()`, so a lazy call includes its run): the step eagerly, on `lazy_mlir`
-(`mark_step()`, background runs as configured), and through
+(`.item()`; a lazy call then waits for its run's end with `lazymlir.wait()`: a read waits
+only for the code up to the loss, and the rest is this call's, not the next one's): the
+step eagerly, on `lazy_mlir` (`mark_step()`, background runs as configured), and through
 torch.compile(backend="lazymlir"). Per round: `calls` rounds of one call of each
 contender in turn (`alternating`), then each contender's `calls` calls in a row after
 one untimed call (`solo`). Figures: medians over all timed calls; `alternating/solo` is
@@ -40,7 +41,7 @@ def measure(key: str, rounds: int, calls: int) -> dict:
                              backend="lazymlir", dynamic=False)
     contenders = {
         "eager": lambda: pair.eager_step().item(),
-        "lazy_mlir device": lambda: pair.lazy_step().item(),
+        "lazy_mlir device": lambda: (pair.lazy_step().item(), lazymlir.wait()),
         "compile(lazymlir)": lambda: compiled().item(),
     }
     for _ in range(3):  # warm-up: compiles, caches
