@@ -52,6 +52,14 @@ _INDEX_OPS = {
     "aten.index_fill.int_Tensor": (1, 2, False, 0),
     "aten.embedding.default": (None, 1, False, 0),
 }
+# Ops the lazy device records whole and the `torch` stage decomposes into index ops
+# (late_decompositions.py), after these checks ran: guarded here as such.
+# embedding_dense_backward: (index position, position of the int number of rows)
+_ROWS_INDEX_OPS = {"aten.embedding_dense_backward.default": (1, 2)}
+# nll_loss: (target position, position of the input whose last dim is the classes,
+#            ignore_index position); a target equal to ignore_index is valid whatever it is
+_TARGET_OPS = {"aten.nll_loss_forward.default": (1, 0, 4),
+               "aten.nll_loss_backward.default": (2, 1, 5)}
 # ops taking a list of optional index tensors, one per leading dim
 _LIST_INDEX_OPS = {"aten.index.Tensor": 1, "aten.index_put.default": 1,
                    "aten._unsafe_index_put.default": 1, "aten._unsafe_index.Tensor": 1}
@@ -76,7 +84,7 @@ class Instrumented:
 def has_guarded_ops(graph: dict) -> bool:
     """Whether `graph` has an op `instrument` guards (an index or an integer divisor)."""
     return any(n["op"] in _INDEX_OPS or n["op"] in _LIST_INDEX_OPS or n["op"] in _DIVISION_OPS
-               for n in graph["nodes"])
+               or n["op"] in _ROWS_INDEX_OPS or n["op"] in _TARGET_OPS for n in graph["nodes"])
 
 
 def instrument(graph: dict) -> Instrumented:
@@ -92,6 +100,17 @@ class _Rewriter:
         self.nodes: list[dict] = []
         self.mapping: dict[tuple, tuple] = {}  # old node ref -> new node ref
         self.flags: list[dict] = []
+        self.flag: dict | None = None  # the checks so far, or-ed
+
+    def add_flag(self, check: dict) -> None:
+        """Or `check` into the flag right where it is computed, not at the graph's end:
+        the flag holds every earlier check's verdict wherever the code is, and its last
+        write follows the last check, where its out-parameter is signaled final (a read
+        of a running graph's value needs the checks before it passed:
+        lowering/cpu/output_signals.py, execution/compiled_plan.py)."""
+        self.flags.append(check)
+        self.flag = check if self.flag is None else \
+            self.emit("aten.logical_or.default", self.flag, check)
         self.static_error = False
 
     # ----------------------------------------------------------------- refs
@@ -137,8 +156,20 @@ class _Rewriter:
         low = -size if negative_ok else 0
         clamped = self.emit("aten.clamp.default", index, low, max(size - 1, low))
         wrong = self.emit("aten.ne.Tensor", index, clamped)
-        self.flags.append(self.emit("aten.any.default", wrong))
+        self.add_flag(self.emit("aten.any.default", wrong))
         return clamped
+
+    def guard_target(self, target: dict, classes: int, ignore_index: int) -> dict:
+        """A class target clamped into range except where it is `ignore_index` (which the
+        loss masks out), and a flag set where it was out of range."""
+        if self.desc(target)["dtype"] not in ("int64", "int32"):
+            return target
+        clamped = self.emit("aten.clamp.default", target, 0, max(classes - 1, 0))
+        ignored = self.emit("aten.eq.Scalar", target, ignore_index)
+        kept = self.emit("aten.where.self", ignored, target, clamped)
+        wrong = self.emit("aten.ne.Tensor", target, kept)
+        self.add_flag(self.emit("aten.any.default", wrong))
+        return kept
 
     def guard_divisor(self, divisor):
         if not (isinstance(divisor, dict) and "ref" in divisor):
@@ -149,7 +180,7 @@ class _Rewriter:
         if self.desc(divisor)["dtype"] not in _INTEGER:
             return divisor
         zero = self.emit("aten.eq.Scalar", divisor, 0)
-        self.flags.append(self.emit("aten.any.default", zero))
+        self.add_flag(self.emit("aten.any.default", zero))
         return self.emit("aten.add.Tensor", divisor, zero)
 
     def rewrite(self, node: dict) -> dict:
@@ -172,6 +203,15 @@ class _Rewriter:
                 if index is not None and dim < len(sizes):
                     indices[dim] = self.guard_index(index, sizes[dim], True)
             args[at] = indices
+        elif name in _ROWS_INDEX_OPS:
+            index_at, rows_at = _ROWS_INDEX_OPS[name]
+            if rows_at < len(args) and isinstance(args[rows_at], int):
+                args[index_at] = self.guard_index(args[index_at], args[rows_at], False)
+        elif name in _TARGET_OPS:
+            target_at, input_at, ignore_at = _TARGET_OPS[name]
+            if ignore_at < len(args) and isinstance(args[ignore_at], int):
+                classes = (shape(args[input_at]) or [1])[-1]
+                args[target_at] = self.guard_target(args[target_at], classes, args[ignore_at])
         elif name in _DIVISION_OPS and node["outputs"][0]["dtype"] in _INTEGER:
             at = _DIVISION_OPS[name]
             if at < len(args):
@@ -190,10 +230,7 @@ class _Rewriter:
         if self.flags:
             # One 0-d flag: or-ed, not stacked (a stack writes strided subviews, which
             # the cuda plan stage rejects); which check failed, eager's rerun tells.
-            flag = self.flags[0]
-            for other in self.flags[1:]:
-                flag = self.emit("aten.logical_or.default", flag, other)
-            outputs.append(flag)
+            outputs.append(self.flag)
         graph = {**self.graph, "nodes": self.nodes, "outputs": outputs}
         if self.flags:
             # A set flag reruns the graph eagerly (to raise eager's error) on the same
