@@ -147,14 +147,22 @@ class Started:
 
     def early_output(self, k: int):
         """Output `k` once the code has signaled it final (waiting for that; the rest of
-        the graph may still run), or None: then only `result()` gives it. Not for a graph
-        with checks (a failed check anywhere reruns the whole graph eagerly and raises
-        eager's error, which must come before any of its values) nor one whose run is
-        observed (run_observers.py sees its outputs at the end)."""
+        the graph may still run), or None: then only `result()` gives it. A graph with a
+        check flag hands out nothing before its flag is final (the flag is or-ed where
+        each check is: its signal follows the last check, lowering/front/checks.py) and
+        clear: a set flag reruns the whole graph eagerly at the end, for eager's error
+        or values. Code with run-time asserts hands out a value only if none has failed
+        by its signal (targets/cpu.py; one failing later reruns the graph at its end and
+        raises at the next wait point). Not for a run that is observed
+        (run_observers.py sees its outputs at the end)."""
         early = getattr(self.call, "early_output", None)
-        if early is None or self.plan.flags or self.plan.executable.checks_at_run_time \
-                or self.observed or self.originals:
+        plan = self.plan
+        if early is None or self.observed or self.originals:
             return None
+        if plan.flags:
+            flag = early(len(plan.executable.output_metas) - 1)
+            if flag is None or bool(flag):
+                return None
         return early(k)
 
 

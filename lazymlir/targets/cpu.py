@@ -170,6 +170,7 @@ def _scalar_descriptor(address: int):
 # The function lowering/cpu/asserts.py adds to code that holds run-time checks (the
 # name is the contract: targets do not import the compiler).
 _FAILED_CHECKS = "lazymlir_failed_asserts"
+_PEEK_CHECKS = "lazymlir_peek_asserts"
 
 
 class CpuExecutable(Executable):
@@ -217,6 +218,11 @@ class CpuExecutable(Executable):
         if self._failed_checks is not None:
             self._failed_checks.restype = ctypes.c_int32
             self._failed_checks.argtypes = []
+        # ...and whether one failed so far, without clearing that (an early read).
+        self._peek_checks = getattr(self._lib, _PEEK_CHECKS, None)
+        if self._peek_checks is not None:
+            self._peek_checks.restype = ctypes.c_int32
+            self._peek_checks.argtypes = []
         # Per calling thread: the argument descriptors of the last call, reused when the
         # shapes repeat (a graph's shapes are static: only the data pointers change).
         # Building them afresh cost ~2 us per argument, 30 us of an MLP step's 3 graphs.
@@ -412,9 +418,14 @@ class BackgroundCall:
     def early_output(self, k: int) -> torch.Tensor | None:
         """Output `k` (the graph's numbering) once the code has signaled it final, waiting
         for that, while the rest of the call may still run; None for an output written
-        into an input, or if the call ended without the signal."""
-        position = self._call.executable.out_parameter.get(k)
+        into an input, if the call ended without the signal, or if a run-time assert of
+        the code has failed by then (the graph then runs again eagerly at its end)."""
+        executable = self._call.executable
+        position = executable.out_parameter.get(k)
         if position is None or not self._started.wait_output(position):
+            return None
+        if executable.checks_at_run_time and (executable._peek_checks is None
+                                              or executable._peek_checks()):
             return None
         return self._call.buffers[position]
 

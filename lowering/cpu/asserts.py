@@ -9,7 +9,8 @@ stage each `cf.assert %ok, "msg"` becomes
     scf.if !%ok { atomic or of 1 into @lazymlir_assert_flag }
 
 and the module gets a public function `lazymlir_failed_asserts() -> i32` that returns
-the flag and clears it. After the LLVM conversions (`share_flag`) the flag is a weak
+the flag and clears it, and `lazymlir_peek_asserts() -> i32` that returns it (a read of
+one output of a graph still running: targets/cpu.py). After the LLVM conversions (`share_flag`) the flag is a weak
 hidden global: codegen.py compiles a large module's nests in separate objects, each
 with a copy of the module's globals (lowering/cpu/units.py), and weak copies link as
 one variable per library where internal ones would be one per object.
@@ -30,6 +31,7 @@ from __future__ import annotations
 from ..mlir_runner import walk
 
 FLAG_FUNCTION = "lazymlir_failed_asserts"
+PEEK_FUNCTION = "lazymlir_peek_asserts"
 _FLAG_GLOBAL = "lazymlir_assert_flag"
 
 
@@ -68,6 +70,12 @@ def flag_asserts(module) -> int:
                 flag = memref.GetGlobalOp(flag_type, _FLAG_GLOBAL).result
                 zero = arith.ConstantOp(i32, 0).result
                 value = memref.AtomicRMWOp(arith.AtomicRMWKind.assign, zero, flag, []).result
+                func.ReturnOp([value])
+            peek = func.FuncOp(PEEK_FUNCTION, ir.FunctionType.get([], [i32]))
+            with ir.InsertionPoint(peek.add_entry_block()):
+                flag = memref.GetGlobalOp(flag_type, _FLAG_GLOBAL).result
+                zero = arith.ConstantOp(i32, 0).result  # (or 0: the flag as it is)
+                value = memref.AtomicRMWOp(arith.AtomicRMWKind.ori, zero, flag, []).result
                 func.ReturnOp([value])
     return len(asserts)
 

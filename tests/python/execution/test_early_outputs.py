@@ -90,20 +90,51 @@ def test_a_read_returns_before_the_rest_of_the_graph_has_run(background):
     assert_no_fallback()
 
 
-def test_graphs_with_checks_are_read_at_their_end(background):
-    """A graph holding index checks: a failed check anywhere reruns it eagerly and raises
-    eager's error at the read, so no value of it is handed out before its end."""
-    x = torch.randn(8, 4)
-    xl = x.to(DEVICE)
-    before = _early_reads()
-    index = torch.tensor([1, 9]).to(DEVICE)
-    loss = xl.sum()
-    picked = xl[index]  # row 9 of 8
+def _embedding_step(index: torch.Tensor):
+    """An embedding's loss and its weight's gradient (the loss read first)."""
+    torch.manual_seed(0)
+    weight = torch.randn(8, 4).to(DEVICE).requires_grad_()
+    loss = torch.nn.functional.embedding(index.to(DEVICE), weight).square().sum()
+    loss.backward()
     lazymlir.mark_step()
-    with pytest.raises(IndexError):
+    return loss, weight.grad
+
+
+def _embedding_expected(index: torch.Tensor):
+    torch.manual_seed(0)
+    weight = torch.randn(8, 4).requires_grad_()
+    loss = torch.nn.functional.embedding(index, weight).square().sum()
+    loss.backward()
+    return loss, weight.grad
+
+
+@pytest.mark.parametrize("bounds_checks", [True, False], ids=["check_flag", "asserts"])
+def test_graphs_with_checks_are_read_early_once_their_checks_passed(background, monkeypatch,
+                                                                    bounds_checks):
+    """An embedding's index is checked by our flag (LAZYMLIR_BOUNDS_CHECKS, or-ed where
+    each check is: final after the last one) or, without it, by torch-mlir's asserts
+    (peeked at the value's signal): valid indices, an early read; an out-of-range one,
+    no value handed out: the graph reruns eagerly and the read raises eager's error.
+    (Without our flag, the compiled backward would write the bad row for real: that
+    case runs in a subprocess, test_robustness's test of failed asserts.)"""
+    monkeypatch.setattr(lazymlir.config.settings(), "bounds_checks", bounds_checks)
+    good = torch.tensor([1, 7, 3])
+    before = _early_reads()
+    loss, grad = _embedding_step(good)
+    expected_loss, expected_grad = _embedding_expected(good)
+    assert loss.item() == pytest.approx(expected_loss.item(), rel=1e-5)
+    assert _early_reads() == before + 1
+    torch.testing.assert_close(grad.cpu(), expected_grad)
+    lazymlir.wait()
+    if not bounds_checks:
+        return
+    before = _early_reads()
+    loss, grad = _embedding_step(torch.tensor([1, 9, 3]))  # row 9 of 8
+    with pytest.raises(IndexError, match="index out of range"):
         loss.item()
-        picked.cpu()
     assert _early_reads() == before
+    with pytest.raises(IndexError):
+        grad.cpu()
 
 
 def test_segments_are_read_at_the_end(background, monkeypatch):
