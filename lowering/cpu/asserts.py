@@ -10,7 +10,8 @@ stage each `cf.assert %ok, "msg"` becomes
 
 and the module gets a public function `lazymlir_failed_asserts() -> i32` that returns
 the flag and clears it, and `lazymlir_peek_asserts() -> i32` that returns it (a read of
-one output of a graph still running: targets/cpu.py). After the LLVM conversions (`share_flag`) the flag is a weak
+one output of a graph still running: targets/cpu.py). After the LLVM conversions
+(`share_flag`) the flag is a weak
 hidden global: codegen.py compiles a large module's nests in separate objects, each
 with a copy of the module's globals (lowering/cpu/units.py), and weak copies link as
 one variable per library where internal ones would be one per object.

@@ -401,7 +401,8 @@ def build_shared_object(llvm_dialect, directory: Path,
         llvm_ir = _localize_linkonce(llvm_ir)
         if len(llvm_ir) >= ENTRY_APART_MIN_BYTES:
             # (the run-time checks' flag getter is public too: an entry like the graph's)
-            module = units.cut(llvm_ir, ENTRY_PREFIX, also=(asserts.FLAG_FUNCTION,))
+            module = units.cut(llvm_ir, ENTRY_PREFIX,
+                               also=(asserts.FLAG_FUNCTION, asserts.PEEK_FUNCTION))
     if module is not None:
         ll_file.unlink(missing_ok=True)
         objects = _compile_units(module, directory, target,
