@@ -101,6 +101,7 @@ class _Rewriter:
         self.mapping: dict[tuple, tuple] = {}  # old node ref -> new node ref
         self.flags: list[dict] = []
         self.flag: dict | None = None  # the checks so far, or-ed
+        self.static_error = False
 
     def add_flag(self, check: dict) -> None:
         """Or `check` into the flag right where it is computed, not at the graph's end:
@@ -111,7 +112,6 @@ class _Rewriter:
         self.flags.append(check)
         self.flag = check if self.flag is None else \
             self.emit("aten.logical_or.default", self.flag, check)
-        self.static_error = False
 
     # ----------------------------------------------------------------- refs
     def remap(self, value):
