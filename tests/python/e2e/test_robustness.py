@@ -405,3 +405,39 @@ def test_instrument_clamps_indices_guards_divisors_and_adds_one_flag():
     assert done.checks == 2 and not done.static_error
     plain = {**graph, "nodes": graph["nodes"][:0], "outputs": [ref("input", 0)]}
     assert checks.instrument(plain).graph is plain
+
+
+def test_instrument_guards_late_index_ops_and_keeps_a_static_error():
+    """nll_loss's target (a target equal to ignore_index kept as it is) and
+    embedding_dense_backward's indices are guarded like the index ops they become at the
+    torch stage (lowering/front/late_decompositions.py); a constant zero divisor stays a
+    static error whatever flags come after it."""
+    from lazymlir.lowering.front import checks, fx_graph
+
+    ref = lambda kind, i: {"ref": [kind, i, 0]}  # noqa: E731
+    graph = {"format": fx_graph.FORMAT, "version": fx_graph.VERSION, "scalars": [],
+             "inputs": [{"shape": [4, 3], "dtype": "float32"}, {"shape": [4], "dtype": "int64"},
+                        {"shape": [4, 2], "dtype": "float32"}],
+             "nodes": [{"op": "aten.remainder.Scalar", "args": [ref("input", 1), 0],
+                        "kwargs": {}, "outputs": [{"shape": [4], "dtype": "int64"}]},
+                       {"op": "aten.nll_loss_forward.default",
+                        "args": [ref("input", 0), ref("input", 1), None, 1, -100], "kwargs": {},
+                        "outputs": [{"shape": [], "dtype": "float32"},
+                                    {"shape": [], "dtype": "float32"}]},
+                       {"op": "aten.embedding_dense_backward.default",
+                        "args": [ref("input", 2), ref("input", 1), 10, -1, False], "kwargs": {},
+                        "outputs": [{"shape": [10, 2], "dtype": "float32"}]}],
+             "outputs": [ref("node", 0), ref("node", 1), ref("node", 2)]}
+    done = checks.instrument(graph)
+    ops = [n["op"] for n in done.graph["nodes"]]
+    assert ops == ["aten.remainder.Scalar",
+                   "aten.clamp.default", "aten.eq.Scalar", "aten.where.self", "aten.ne.Tensor",
+                   "aten.any.default", "aten.nll_loss_forward.default",
+                   "aten.clamp.default", "aten.ne.Tensor", "aten.any.default",
+                   "aten.logical_or.default", "aten.embedding_dense_backward.default"]
+    nodes = done.graph["nodes"]
+    assert nodes[1]["args"][1:] == [0, 2] and nodes[2]["args"][1] == -100  # 3 classes
+    assert nodes[6]["args"][1] == ref("node", 3)  # the loss reads the guarded target
+    assert nodes[7]["args"][1:] == [0, 9] and nodes[11]["args"][1] == ref("node", 7)
+    assert done.graph["outputs"][-1] == ref("node", 10)
+    assert done.checks == 2 and done.static_error
