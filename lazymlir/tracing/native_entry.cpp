@@ -7,8 +7,8 @@
 // kernels would otherwise be chosen before a fallback) and as the backend fallback for
 // ops registered later. `entry` records the common case itself, with no Python frame:
 // an op whose route is its recorder (tracer.py), every argument a lazy tensor, None, a
-// number, a list of ints or of bools, a string or a dtype, and its output shapes in this
-// op's shape cache.
+// number, a list of ints or of bools, a string, a dtype, a layout or a memory format, and
+// its output shapes in this op's shape cache.
 // It then makes the Node and LazyValue objects the Python tracer would have made
 // (their __slots__ written directly) and outputs whose Python objects are made only
 // if Python ever asks for them. Everything else (special ops, decompositions, random
@@ -318,7 +318,9 @@ struct ShapeEntry {
   std::vector<Output> outputs;
 };
 
-enum class Arg : uint8_t { Tensor, Int, Float, Bool, Scalar, IntList, BoolList, Dtype, Str, Other };
+enum class Arg : uint8_t {
+  Tensor, Int, Float, Bool, Scalar, IntList, BoolList, Dtype, Layout, MemoryFormat, Str, Other
+};
 
 struct OpInfo {
   std::optional<c10::OperatorName> name;  // (an op removed, another made at its address)
@@ -362,6 +364,9 @@ Arg kind_of(const c10::TypePtr& type) {
     case c10::TypeKind::BoolType: return Arg::Bool;
     case c10::TypeKind::NumberType: return Arg::Scalar;
     case c10::TypeKind::ScalarTypeType: return Arg::Dtype;
+    // (`ones_like(x, memory_format=torch.contiguous_format)`: autograd's gradient seed)
+    case c10::TypeKind::LayoutType: return Arg::Layout;
+    case c10::TypeKind::MemoryFormatType: return Arg::MemoryFormat;
     case c10::TypeKind::StringType: return Arg::Str;
     case c10::TypeKind::ListType: {
       auto element = t->castRaw<c10::ListType>()->getElementType()->kind();
@@ -577,7 +582,9 @@ bool build_key(const OpInfo& info, const c10::IValue* args, size_t n, std::strin
         break;
       }
       case Arg::Int:
-      case Arg::Dtype: {
+      case Arg::Dtype:
+      case Arg::Layout:
+      case Arg::MemoryFormat: {
         int64_t x;
         if (!int_of(v, &x)) return false;
         put_int(x, key);
@@ -667,6 +674,16 @@ PyObject* node_arg(const OpInfo& info, size_t i, const c10::IValue& v) {
       PyObject* dtype = reinterpret_cast<PyObject*>(torch::getTHPDtype(static_cast<c10::ScalarType>(x)));
       Py_INCREF(dtype);
       return dtype;
+    }
+    case Arg::Layout: {  // (as to_python boxes it)
+      PyObject* o = reinterpret_cast<PyObject*>(torch::getTHPLayout(static_cast<c10::Layout>(v.toInt())));
+      Py_INCREF(o);
+      return o;
+    }
+    case Arg::MemoryFormat: {  // (a borrowed reference)
+      PyObject* o = torch::utils::getTHPMemoryFormat(static_cast<c10::MemoryFormat>(v.toInt()));
+      Py_INCREF(o);
+      return o;
     }
     case Arg::IntList: {
       const auto& items = v.toListRef();

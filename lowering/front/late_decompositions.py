@@ -69,12 +69,18 @@ LATE = {
     aten.masked_fill.Scalar: _masked_fill_scalar,
     aten.nll_loss_forward.default: None,
     aten.nll_loss_backward.default: None,
+    # A new tensor like another (autograd's gradient seed of `loss.backward()` is a
+    # `ones_like`): their decompositions record one `full_like`, which the C++ entry
+    # could record itself, but a decomposition is a route of the Python tracer.
+    aten.ones_like.default: None,
+    aten.zeros_like.default: None,
 }
 # LATE's elementwise ops: traced at a symbolic graph's size hints (which sizes are 1 is
 # all that matters to them). The others use their sizes (a reduction's count, a new
 # tensor's shape) and refuse symbolic ones.
 ELEMENTWISE = {aten.addcmul.default, aten.addcdiv.default, aten.lerp.Tensor, aten.lerp.Scalar,
-               aten.gelu_backward.default, aten.masked_fill.Scalar}
+               aten.gelu_backward.default, aten.masked_fill.Scalar, aten.ones_like.default,
+               aten.zeros_like.default}
 
 _CPU = torch.device("cpu")
 _SENTINEL = 0.7853981633974483  # stands for a lifted float while make_fx traces

@@ -53,7 +53,18 @@ _PROGRAMS = {
     "view copies recorded as one view": lambda: _view_copies(torch.randn(3, 4, 2).to(DEVICE)),
     "view ops": lambda: _view_ops(),
     "a write through a view": lambda: _write_through_a_view(),
+    "new tensors like another (memory formats, layouts)": lambda: _like(),
 }
+
+
+def _like():
+    """ones_like and zeros_like (recorded whole: late_decompositions.LATE) with the
+    keyword arguments the C++ entry keys: a dtype, a layout, memory formats."""
+    x = torch.randn(3, 4).to(DEVICE)
+    return [torch.ops.aten.ones_like(x, memory_format=torch.contiguous_format) * x,
+            torch.zeros_like(x, dtype=torch.float16, layout=torch.strided),
+            torch.ones_like(x, memory_format=torch.preserve_format) + 1,
+            torch.full_like(x, 2.5, memory_format=torch.contiguous_format)]
 
 
 def _view_copies(x):
