@@ -7,8 +7,9 @@
 // kernels would otherwise be chosen before a fallback) and as the backend fallback for
 // ops registered later. `entry` records the common case itself, with no Python frame:
 // an op whose route is its recorder (tracer.py), every argument a lazy tensor, None, a
-// number, a list of ints or of bools, a string, a dtype, a layout or a memory format, and
-// its output shapes in this op's shape cache.
+// number, a list of ints, of bools or of lazy tensors, a string, a dtype, a layout or a
+// memory format, and its output shapes in this op's shape cache; its outputs tensors or
+// one list of tensors (split_copy's).
 // It then makes the Node and LazyValue objects the Python tracer would have made
 // (their __slots__ written directly) and outputs whose Python objects are made only
 // if Python ever asks for them. Everything else (special ops, decompositions, random
@@ -319,13 +320,14 @@ struct ShapeEntry {
 };
 
 enum class Arg : uint8_t {
-  Tensor, Int, Float, Bool, Scalar, IntList, BoolList, Dtype, Layout, MemoryFormat, Str, Other
+  Tensor, Int, Float, Bool, Scalar, IntList, BoolList, TensorList, Dtype, Layout, MemoryFormat, Str, Other
 };
 
 struct OpInfo {
   std::optional<c10::OperatorName> name;  // (an op removed, another made at its address)
   bool leaf = false;     // its route is the recorder: recorded here when it can be
   bool lift = false;     // floats become scalar graph inputs (out of the cache key)
+  bool list_out = false; // returns one `Tensor[]` (split_copy): as many outputs as its entry has
   PyObject* func = nullptr;     // the OpOverload
   PyObject* node_op = nullptr;  // the Node's op (view_copy -> view ...)
   size_t kwarg_only_start = 0;
@@ -375,6 +377,8 @@ Arg kind_of(const c10::TypePtr& type) {
       }
       // (`bool[3] output_mask`: native_layer_norm_backward's, keyed by value)
       if (element == c10::TypeKind::BoolType) return Arg::BoolList;
+      // (`Tensor[]`: cat's; not `Tensor?[]`, index's, whose None items it does not take)
+      if (element == c10::TypeKind::TensorType) return Arg::TensorList;
       return Arg::Other;
     }
     default: return Arg::Other;
@@ -464,10 +468,19 @@ OpInfo& op_info(const c10::OperatorHandle& op) {
     info->kinds.push_back(kind_of(argument.real_type()));
     info->names.push_back(PyUnicode_InternFromString(argument.name().c_str()));
   }
-  // The fast path makes plain outputs only: no aliasing, no mutation, Tensor returns.
+  // The fast path makes plain outputs only: no aliasing, no mutation, Tensor returns or
+  // one `Tensor[]` return (split_copy's: the Python recorder's list of outputs).
   if (schema->is_mutable() || schema->returns().empty()) info->leaf = false;
-  for (const auto& ret : schema->returns()) {
-    if (ret.alias_info() != nullptr || ret.real_type()->kind() != c10::TypeKind::TensorType) {
+  const auto& returns = schema->returns();
+  if (returns.size() == 1 && returns[0].alias_info() == nullptr &&
+      returns[0].real_type()->kind() == c10::TypeKind::ListType &&
+      returns[0].real_type()->castRaw<c10::ListType>()->getElementType()->kind() ==
+          c10::TypeKind::TensorType) {
+    info->list_out = true;
+  }
+  for (const auto& ret : returns) {
+    if (ret.alias_info() != nullptr ||
+        (ret.real_type()->kind() != c10::TypeKind::TensorType && !info->list_out)) {
       info->leaf = false;
     }
   }
@@ -631,6 +644,24 @@ bool build_key(const OpInfo& info, const c10::IValue* args, size_t n, std::strin
         }
         break;
       }
+      case Arg::TensorList: {  // lazy tensors only (a host tensor: the Python tracer)
+        if (!v.isTensorList()) return false;
+        const auto& list = v.toListRef();
+        int64_t size = list.size();
+        put(key, 'l', &size, sizeof size);
+        for (const auto& e : list) {
+          if (!e.isTensor()) return false;
+          LazyImpl* impl = lazy_impl(e.toTensor());
+          if (impl == nullptr || impl->value == nullptr) return false;
+          long long s = PyLong_AsLongLong(get_slot(impl->value, R.v_sig));
+          if (s == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return false;
+          }
+          key.append(reinterpret_cast<const char*>(&s), sizeof s);
+        }
+        break;
+      }
       case Arg::Str: {
         if (!v.isString()) return false;
         const std::string& text = v.toStringRef();
@@ -684,6 +715,17 @@ PyObject* node_arg(const OpInfo& info, size_t i, const c10::IValue& v) {
       PyObject* o = torch::utils::getTHPMemoryFormat(static_cast<c10::MemoryFormat>(v.toInt()));
       Py_INCREF(o);
       return o;
+    }
+    case Arg::TensorList: {  // a list of LazyValues, as the Python recorder's _encode makes
+      const auto& items = v.toListRef();
+      PyObject* list = PyList_New(static_cast<Py_ssize_t>(items.size()));
+      if (list == nullptr) return nullptr;
+      for (size_t k = 0; k < items.size(); k++) {
+        PyObject* value = lazy_impl(items[k].toTensor())->value;
+        Py_INCREF(value);
+        PyList_SET_ITEM(list, k, value);
+      }
+      return list;
     }
     case Arg::IntList: {
       const auto& items = v.toListRef();
@@ -850,7 +892,7 @@ bool record_fast(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack*
   if (entry == nullptr) {
     std::string missed = key;  // (the Python call may trace, reusing the buffer)
     entry = infer_entry(info, missed, node_args, node_kwargs);
-    if (entry == nullptr || entry->outputs.size() != schema.returns().size()) {
+    if (entry == nullptr || (!info.list_out && entry->outputs.size() != schema.returns().size())) {
       Py_DECREF(node_args);
       Py_DECREF(node_kwargs);
       return false;
@@ -901,7 +943,14 @@ bool record_fast(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack*
   }
   Py_DECREF(node);
   torch::jit::drop(*stack, n);
-  for (auto& t : outputs) stack->emplace_back(std::move(t));
+  if (info.list_out) {
+    c10::List<at::Tensor> list;
+    list.reserve(outputs.size());
+    for (auto& t : outputs) list.push_back(std::move(t));
+    stack->emplace_back(std::move(list));
+  } else {
+    for (auto& t : outputs) stack->emplace_back(std::move(t));
+  }
   return true;
 }
 

@@ -54,7 +54,25 @@ _PROGRAMS = {
     "view ops": lambda: _view_ops(),
     "a write through a view": lambda: _write_through_a_view(),
     "new tensors like another (memory formats, layouts)": lambda: _like(),
+    "tensor lists (cat, split)": lambda: _tensor_lists(*_list_inputs(DEVICE)),
 }
+
+
+def _list_inputs(device, dtype=torch.float32):
+    torch.manual_seed(0)
+    return [torch.randn(s).to(dtype).to(device) for s in ((3, 4), (3, 2), (5, 4))]
+
+
+def _tensor_lists(a, b, c):
+    """Ops taking a list of tensors (cat) or giving one (split_copy), as a transformer's
+    attention (qkv.split) and its backward (cat of the gradients) call them; stack and
+    split_with_sizes_copy (decompositions: the Python tracer) feeding them."""
+    halves = a.split(2, 1)
+    thirds = torch.cat([a, c], 0).split(3)  # (a shorter last piece)
+    return [torch.cat([a, b], 1), torch.cat([a, c]) * 2, torch.cat([b]), *halves,
+            *thirds, torch.cat([*halves, halves[0]], -1),
+            torch.cat([a, a.split([1, 3], 1)[1].sum(1, keepdim=True)], 1),
+            torch.stack([a, a * 2]).sum(0), a.split(4, 1)[0] + 1]
 
 
 def _like():
@@ -310,6 +328,38 @@ def test_view_copies_match_eager_and_do_not_enter_python(monkeypatch):
         torch.testing.assert_close(a.cpu(), b)
     with pytest.raises(IndexError):  # out of range: the Python tracer raises eager's error
         lazy.transpose(0, 3)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_tensor_lists_match_eager_and_do_not_enter_python(monkeypatch, dtype):
+    """cat and split_copy (a list of tensors in, a list out) are recorded by the C++
+    entry after their first call: no Python entry, eager's values (exactly: they only
+    move elements), no fallback."""
+    lazymlir.metrics.reset()
+    inputs = _list_inputs(DEVICE, dtype)
+    _tensor_lists(*inputs)
+    entries = count_python_entries(monkeypatch)
+    got = _tensor_lists(*inputs)
+    monkeypatch.undo()
+    lists = {"aten.cat.default", "aten.split_copy.Tensor"}
+    assert [e for e in entries if e in lists] == [], entries
+    for g, w in zip(got, _tensor_lists(*_list_inputs("cpu", dtype)), strict=True):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        torch.testing.assert_close(g.cpu(), w, rtol=0, atol=0)
+    assert_no_fallback()
+
+
+def test_a_host_tensor_in_a_list_goes_to_the_python_tracer(monkeypatch):
+    """A CPU tensor in cat's list goes to the Python tracer (the fast path takes lazy
+    tensors only), which raises eager's error."""
+    a = torch.randn(2, 3)
+    lazy = a.to(DEVICE)
+    torch.cat([lazy, lazy])
+    entries = count_python_entries(monkeypatch)
+    with pytest.raises(RuntimeError, match="device"):
+        torch.cat([lazy, a])
+    monkeypatch.undo()
+    assert entries == ["aten.cat.default"]
 
 
 def test_foreach_errors_are_pytorchs():
