@@ -340,8 +340,11 @@ struct OpInfo {
   bool foreach = false;
   std::vector<bool> list_args;
   // A view copy recorded as the one view its decomposition records (view_copies.py).
-  enum class Direct : uint8_t { None, T, Transpose, Expand, UnsafeView, Unsqueeze, Identity } direct =
-      Direct::None;
+  // native_layer_norm: special_ops.py's route, which records the op whole and casts
+  // the statistics only where their dtype is not the input's (half types).
+  enum class Direct : uint8_t {
+    None, T, Transpose, Expand, UnsafeView, Unsqueeze, Identity, LayerNorm
+  } direct = Direct::None;
   std::unordered_map<std::string, std::optional<c10::OperatorHandle>> elements;
   uint64_t checked = 0;  // `deregistered` when its name was last checked
 };
@@ -430,7 +433,8 @@ void mark_direct(const c10::FunctionSchema& schema, OpInfo& info) {
       {"aten::_unsafe_view", D::UnsafeView},
       {"aten::unsqueeze_copy", D::Unsqueeze},
       {"aten::detach_copy", D::Identity},
-      {"aten::alias_copy", D::Identity}};
+      {"aten::alias_copy", D::Identity},
+      {"aten::native_layer_norm", D::LayerNorm}};
   std::string name = schema.name();
   if (!schema.overload_name().empty()) name += "." + schema.overload_name();
   auto found = table.find(name);
@@ -1061,9 +1065,10 @@ void call_python(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack*
 // `expand`, a `view`, through the `*_copy` op whose Node records that view), what
 // `unsqueeze_copy`'s decomposition records (one `unsqueeze`), and what
 // special_ops.py's `_identity` does for `detach_copy` and `alias_copy` (a new inner
-// tensor of the same value), without a Python frame. A call these do not cover (an
-// unusual argument, an out-of-range dim) goes to the Python tracer, which raises
-// eager's error.
+// tensor of the same value), and what special_ops.py's `_layer_norm` records for a
+// float32/float64 input (the op alone), without a Python frame. A call these do not
+// cover (an unusual argument, an out-of-range dim, a half layer norm) goes to the
+// Python tracer, which records it or raises eager's error.
 
 c10::OperatorHandle view_op(const char* name) {
   return c10::Dispatcher::singleton().findSchemaOrThrow(name, "");
@@ -1126,6 +1131,14 @@ bool direct_route(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack
     case D::Unsqueeze:
       // Its decomposition records `unsqueeze` with the same dim (one out of range: the
       // meta inference refuses it, and the Python tracer raises eager's error).
+      return record_fast(op, info, stack);
+    case D::LayerNorm:
+      // A float32 or float64 input: the meta kernel's mean and rstd have its dtype, as
+      // eager's do, and the Python route records the op alone (special_ops._layer_norm).
+      // A half input's statistics are float32 there and cast by that route.
+      if (x.scalar_type() != at::ScalarType::Float && x.scalar_type() != at::ScalarType::Double) {
+        return false;
+      }
       return record_fast(op, info, stack);
     default:
       return false;

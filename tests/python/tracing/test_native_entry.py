@@ -55,7 +55,25 @@ _PROGRAMS = {
     "a write through a view": lambda: _write_through_a_view(),
     "new tensors like another (memory formats, layouts)": lambda: _like(),
     "tensor lists (cat, split)": lambda: _tensor_lists(*_list_inputs(DEVICE)),
+    "layer norms": lambda: [t for dtype in _LAYER_NORM_DTYPES
+                            for t in _layer_norms(*_layer_norm_inputs(DEVICE, dtype))],
 }
+
+_LAYER_NORM_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+
+
+def _layer_norm_inputs(device, dtype):
+    torch.manual_seed(0)
+    return [torch.randn(s).to(dtype).to(device) for s in ((2, 5, 8), (8,), (8,), (5, 8))]
+
+
+def _layer_norms(x, w, b, w2):
+    """native_layer_norm (special_ops._layer_norm's route; the C++ entry's for float32
+    and float64 inputs) with and without affine parameters, over one and two dims."""
+    aten = torch.ops.aten
+    return [*aten.native_layer_norm(x, [8], w, b, 1e-5),
+            *aten.native_layer_norm(x, [5, 8], w2, None, 1e-3),
+            *aten.native_layer_norm(x, [8], None, None, 1e-5)]
 
 
 def _list_inputs(device, dtype=torch.float32):
@@ -346,6 +364,29 @@ def test_tensor_lists_match_eager_and_do_not_enter_python(monkeypatch, dtype):
     for g, w in zip(got, _tensor_lists(*_list_inputs("cpu", dtype)), strict=True):
         assert g.dtype == w.dtype and g.shape == w.shape
         torch.testing.assert_close(g.cpu(), w, rtol=0, atol=0)
+    assert_no_fallback()
+
+
+@pytest.mark.parametrize("dtype", _LAYER_NORM_DTYPES)
+def test_layer_norms_match_eager_and_enter_python_for_half_types_only(monkeypatch, dtype):
+    """native_layer_norm: eager's values and dtypes (a half input's mean and rstd are
+    half, cast by the Python route); after a first call, a float32/float64 one does not
+    enter Python (the C++ entry records what the Python route records: the op alone)."""
+    lazymlir.metrics.reset()
+    inputs = _layer_norm_inputs(DEVICE, dtype)
+    _layer_norms(*inputs)
+    entries = count_python_entries(monkeypatch)
+    got = _layer_norms(*inputs)
+    monkeypatch.undo()
+    half = dtype in (torch.float16, torch.bfloat16)
+    assert entries.count("aten.native_layer_norm.default") == (3 if half else 0), entries
+    for g, w in zip(got, _layer_norms(*_layer_norm_inputs("cpu", dtype)), strict=True):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        if half:
+            eps = torch.finfo(dtype).eps
+            torch.testing.assert_close(g.cpu(), w, rtol=4 * eps, atol=4 * eps)
+        else:
+            torch.testing.assert_close(g.cpu(), w)
     assert_no_fallback()
 
 
