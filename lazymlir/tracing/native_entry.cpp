@@ -341,7 +341,7 @@ struct OpInfo {
   std::vector<bool> list_args;
   // A view copy recorded as the one view its decomposition records (view_copies.py).
   // native_layer_norm: special_ops.py's route, which records the op whole and casts
-  // the statistics only where their dtype is not the input's (half types).
+  // the statistics where their dtype is not the input's (half types).
   enum class Direct : uint8_t {
     None, T, Transpose, Expand, UnsafeView, Unsqueeze, Identity, LayerNorm
   } direct = Direct::None;
@@ -1065,10 +1065,10 @@ void call_python(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack*
 // `expand`, a `view`, through the `*_copy` op whose Node records that view), what
 // `unsqueeze_copy`'s decomposition records (one `unsqueeze`), and what
 // special_ops.py's `_identity` does for `detach_copy` and `alias_copy` (a new inner
-// tensor of the same value), and what special_ops.py's `_layer_norm` records for a
-// float32/float64 input (the op alone), without a Python frame. A call these do not
-// cover (an unusual argument, an out-of-range dim, a half layer norm) goes to the
-// Python tracer, which records it or raises eager's error.
+// tensor of the same value), and what special_ops.py's `_layer_norm` records (the op,
+// and casts of a half input's statistics), without a Python frame. A call these do not
+// cover (an unusual argument, an out-of-range dim) goes to the Python tracer, which
+// records it or raises eager's error.
 
 c10::OperatorHandle view_op(const char* name) {
   return c10::Dispatcher::singleton().findSchemaOrThrow(name, "");
@@ -1084,6 +1084,38 @@ bool record_as(const c10::OperatorHandle& target, std::vector<c10::IValue> args,
   torch::jit::drop(*stack, args.size());
   for (auto& a : original) stack->push_back(std::move(a));
   return false;
+}
+
+// special_ops._layer_norm: the op, and where the meta kernel's mean and rstd are not of
+// the input's dtype (float32 for a half input; eager CPU returns them in its dtype),
+// a `_to_copy` of each to it, mean first (the Nodes, in order, the Python route makes).
+bool layer_norm_route(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* stack,
+                      at::ScalarType dtype) {
+  static const c10::OperatorHandle to_copy = view_op("aten::_to_copy");
+  if (!record_fast(op, info, stack)) return false;
+  size_t top = stack->size();  // (out, mean, rstd)
+  if ((*stack)[top - 2].toTensor().scalar_type() == dtype &&
+      (*stack)[top - 1].toTensor().scalar_type() == dtype) {
+    return true;
+  }
+  OpInfo& cast_info = op_info(to_copy);
+  auto stats = torch::jit::pop(*stack, 2);
+  for (auto& s : stats) {
+    if (s.toTensor().scalar_type() == dtype) {
+      stack->push_back(std::move(s));
+      continue;
+    }
+    // _to_copy(self, *, dtype, layout, device, pin_memory, non_blocking, memory_format)
+    stack->push_back(std::move(s));
+    stack->emplace_back(static_cast<int64_t>(dtype));
+    for (int k = 0; k < 3; k++) stack->emplace_back();
+    stack->emplace_back(false);
+    stack->emplace_back();
+    // (a lazy tensor to a floating dtype: its key and meta inference take every such cast)
+    TORCH_CHECK(record_fast(to_copy, cast_info, stack),
+                "lazy_mlir: layer norm's statistics could not be cast to ", dtype);
+  }
+  return true;
 }
 
 bool direct_route(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* stack) {
@@ -1133,13 +1165,7 @@ bool direct_route(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack
       // meta inference refuses it, and the Python tracer raises eager's error).
       return record_fast(op, info, stack);
     case D::LayerNorm:
-      // A float32 or float64 input: the meta kernel's mean and rstd have its dtype, as
-      // eager's do, and the Python route records the op alone (special_ops._layer_norm).
-      // A half input's statistics are float32 there and cast by that route.
-      if (x.scalar_type() != at::ScalarType::Float && x.scalar_type() != at::ScalarType::Double) {
-        return false;
-      }
-      return record_fast(op, info, stack);
+      return layer_norm_route(op, info, stack, x.scalar_type());
     default:
       return false;
   }

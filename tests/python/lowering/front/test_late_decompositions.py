@@ -226,8 +226,8 @@ def test_a_gpt_step_takes_them_without_python(monkeypatch):
 # What a (one-layer) GPT step still hands the Python tracer: gradient clipping's ops
 # (`_foreach_norm`, the norms' `stack`, `_foreach_mul` by a tensor). (Its attention's
 # split and the backward's cat are the C++ entry's since it takes lists of tensors, its
-# float32 layer norms since it takes layer norm's route; the benchmark's step, which
-# does not clip, enters Python not once.)
+# layer norms since it takes layer norm's route; the benchmark's step, which does not
+# clip, enters Python not once.)
 _GPT_STEP_ENTRIES = sorted(["aten._foreach_norm.Scalar", "aten.stack.default",
                             "aten._foreach_mul.Tensor"])
 
