@@ -182,3 +182,11 @@ run("zeros_like", "bfloat16", "aten.zeros_like.default", [inp(0)], {"pin_memory"
 # CHECK-NOT: torch.aten.zeros_like
 # CHECK: torch.aten.full_like %arg0
 # CHECK: return
+
+run_graph("stack", [([], F32), ([], F32)],
+          [("aten.stack.default", [[inp(0), inp(1), inp(0)]], {}, [([3], F32)])], [out(0)])
+# CHECK-LABEL: TEST: stack
+# CHECK-NOT: torch.aten.stack
+# CHECK: torch.prim.ListConstruct %{{.*}}, %{{.*}}, %{{.*}}
+# CHECK: torch.aten.cat
+# CHECK: return {{.*}} : !torch.vtensor<[3],f32>

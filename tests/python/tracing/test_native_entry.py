@@ -83,8 +83,8 @@ def _list_inputs(device, dtype=torch.float32):
 
 def _tensor_lists(a, b, c):
     """Ops taking a list of tensors (cat) or giving one (split_copy), as a transformer's
-    attention (qkv.split) and its backward (cat of the gradients) call them; stack and
-    split_with_sizes_copy (decompositions: the Python tracer) feeding them."""
+    attention (qkv.split) and its backward (cat of the gradients) call them; stack (LATE)
+    and split_with_sizes_copy (a decomposition: the Python tracer) feeding them."""
     halves = a.split(2, 1)
     thirds = torch.cat([a, c], 0).split(3)  # (a shorter last piece)
     return [torch.cat([a, b], 1), torch.cat([a, c]) * 2, torch.cat([b]), *halves,
@@ -350,8 +350,8 @@ def test_view_copies_match_eager_and_do_not_enter_python(monkeypatch):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 def test_tensor_lists_match_eager_and_do_not_enter_python(monkeypatch, dtype):
-    """cat and split_copy (a list of tensors in, a list out) are recorded by the C++
-    entry after their first call: no Python entry, eager's values (exactly: they only
+    """cat, stack and split_copy (a list of tensors in, a list out) are recorded by the
+    C++ entry after their first call: no Python entry, eager's values (exactly: they only
     move elements), no fallback."""
     lazymlir.metrics.reset()
     inputs = _list_inputs(DEVICE, dtype)
@@ -359,7 +359,7 @@ def test_tensor_lists_match_eager_and_do_not_enter_python(monkeypatch, dtype):
     entries = count_python_entries(monkeypatch)
     got = _tensor_lists(*inputs)
     monkeypatch.undo()
-    lists = {"aten.cat.default", "aten.split_copy.Tensor"}
+    lists = {"aten.cat.default", "aten.split_copy.Tensor", "aten.stack.default"}
     assert [e for e in entries if e in lists] == [], entries
     for g, w in zip(got, _tensor_lists(*_list_inputs("cpu", dtype)), strict=True):
         assert g.dtype == w.dtype and g.shape == w.shape

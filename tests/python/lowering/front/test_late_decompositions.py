@@ -63,14 +63,14 @@ def test_the_ops_are_recorded_whole_with_their_floats_as_scalar_inputs():
 aten = torch.ops.aten
 _NEW = ("native_layer_norm_backward", "gelu_backward", "_softmax_backward_data",
         "_log_softmax_backward_data", "embedding_dense_backward", "masked_fill",
-        "nll_loss_forward", "nll_loss_backward", "ones_like", "zeros_like")
+        "nll_loss_forward", "nll_loss_backward", "ones_like", "zeros_like", "stack")
 
 
 def _transformer_calls(device, dtype):
     """The backward ops and losses LATE took from the tracer, each called directly (as
     autograd calls them) with their list, None and bool arguments in several forms, and
-    `ones_like`/`zeros_like` (dtypes, memory formats, a layout); their results on the
-    CPU. Inputs made on the CPU from a fixed seed."""
+    `ones_like`/`zeros_like` (dtypes, memory formats, a layout) and `stack`; their
+    results on the CPU. Inputs made on the CPU from a fixed seed."""
     torch.manual_seed(0)
     x, g = torch.randn(3, 5, 16, dtype=dtype), torch.randn(3, 5, 16, dtype=dtype)
     w, b = torch.randn(16, dtype=dtype), torch.randn(16, dtype=dtype)
@@ -105,7 +105,10 @@ def _transformer_calls(device, dtype):
            torch.ones_like(t["x"]) * t["x"], torch.ones_like(t["mask"]),
            torch.zeros_like(t["ints"], dtype=torch.bool), torch.zeros_like(t["g"]) - t["g"],
            torch.ones_like(t["ints"], dtype=dtype, memory_format=torch.preserve_format),
-           torch.zeros_like(t["x"], layout=torch.strided)]
+           torch.zeros_like(t["x"], layout=torch.strided),
+           # (gradient clipping's: 0-d norms; a list holding one tensor twice)
+           torch.stack([t["x"], t["g"]], 1), torch.stack([t["g0"], t["g0"] * 2, t["g0"]]),
+           torch.stack([t["x"][0]], -1)]
     for reduction in (0, 1, 2):
         for wt in (None, t["weight"]):
             loss, total = aten.nll_loss_forward(t["scores"], t["target"], wt, reduction, -100)
@@ -223,13 +226,12 @@ def test_a_gpt_step_takes_them_without_python(monkeypatch):
     assert_no_fallback()
 
 
-# What a (one-layer) GPT step still hands the Python tracer: gradient clipping's ops
-# (`_foreach_norm`, the norms' `stack`, `_foreach_mul` by a tensor). (Its attention's
+# What a (one-layer) GPT step still hands the Python tracer: gradient clipping's foreach
+# ops (`_foreach_norm`, `_foreach_mul` by a tensor; the norms' `stack` is LATE). (Its attention's
 # split and the backward's cat are the C++ entry's since it takes lists of tensors, its
 # layer norms since it takes layer norm's route; the benchmark's step, which does not
 # clip, enters Python not once.)
-_GPT_STEP_ENTRIES = sorted(["aten._foreach_norm.Scalar", "aten.stack.default",
-                            "aten._foreach_mul.Tensor"])
+_GPT_STEP_ENTRIES = sorted(["aten._foreach_norm.Scalar", "aten._foreach_mul.Tensor"])
 
 
 def test_masked_fill_converts_a_lifted_float_to_the_tensors_dtype():
