@@ -7,8 +7,9 @@
 // kernels would otherwise be chosen before a fallback) and as the backend fallback for
 // ops registered later. `entry` records the common case itself, with no Python frame:
 // an op whose route is its recorder (tracer.py), every argument a lazy tensor, None, a
-// number, a list of ints or of bools, a string or a dtype, and its output shapes in this
-// op's shape cache.
+// number, a list of ints, of bools or of lazy tensors, a string, a dtype, a layout or a
+// memory format, and its output shapes in this op's shape cache; its outputs tensors or
+// one list of tensors (split_copy's).
 // It then makes the Node and LazyValue objects the Python tracer would have made
 // (their __slots__ written directly) and outputs whose Python objects are made only
 // if Python ever asks for them. Everything else (special ops, decompositions, random
@@ -318,12 +319,15 @@ struct ShapeEntry {
   std::vector<Output> outputs;
 };
 
-enum class Arg : uint8_t { Tensor, Int, Float, Bool, Scalar, IntList, BoolList, Dtype, Str, Other };
+enum class Arg : uint8_t {
+  Tensor, Int, Float, Bool, Scalar, IntList, BoolList, TensorList, Dtype, Layout, MemoryFormat, Str, Other
+};
 
 struct OpInfo {
   std::optional<c10::OperatorName> name;  // (an op removed, another made at its address)
   bool leaf = false;     // its route is the recorder: recorded here when it can be
   bool lift = false;     // floats become scalar graph inputs (out of the cache key)
+  bool list_out = false; // returns one `Tensor[]` (split_copy): as many outputs as its entry has
   PyObject* func = nullptr;     // the OpOverload
   PyObject* node_op = nullptr;  // the Node's op (view_copy -> view ...)
   size_t kwarg_only_start = 0;
@@ -336,8 +340,11 @@ struct OpInfo {
   bool foreach = false;
   std::vector<bool> list_args;
   // A view copy recorded as the one view its decomposition records (view_copies.py).
-  enum class Direct : uint8_t { None, T, Transpose, Expand, UnsafeView, Unsqueeze, Identity } direct =
-      Direct::None;
+  // native_layer_norm: special_ops.py's route, which records the op whole and casts
+  // the statistics where their dtype is not the input's (half types).
+  enum class Direct : uint8_t {
+    None, T, Transpose, Expand, UnsafeView, Unsqueeze, Identity, LayerNorm
+  } direct = Direct::None;
   std::unordered_map<std::string, std::optional<c10::OperatorHandle>> elements;
   uint64_t checked = 0;  // `deregistered` when its name was last checked
 };
@@ -362,6 +369,9 @@ Arg kind_of(const c10::TypePtr& type) {
     case c10::TypeKind::BoolType: return Arg::Bool;
     case c10::TypeKind::NumberType: return Arg::Scalar;
     case c10::TypeKind::ScalarTypeType: return Arg::Dtype;
+    // (`ones_like(x, memory_format=torch.contiguous_format)`: autograd's gradient seed)
+    case c10::TypeKind::LayoutType: return Arg::Layout;
+    case c10::TypeKind::MemoryFormatType: return Arg::MemoryFormat;
     case c10::TypeKind::StringType: return Arg::Str;
     case c10::TypeKind::ListType: {
       auto element = t->castRaw<c10::ListType>()->getElementType()->kind();
@@ -370,6 +380,8 @@ Arg kind_of(const c10::TypePtr& type) {
       }
       // (`bool[3] output_mask`: native_layer_norm_backward's, keyed by value)
       if (element == c10::TypeKind::BoolType) return Arg::BoolList;
+      // (`Tensor[]`: cat's; not `Tensor?[]`, index's, whose None items it does not take)
+      if (element == c10::TypeKind::TensorType) return Arg::TensorList;
       return Arg::Other;
     }
     default: return Arg::Other;
@@ -421,7 +433,8 @@ void mark_direct(const c10::FunctionSchema& schema, OpInfo& info) {
       {"aten::_unsafe_view", D::UnsafeView},
       {"aten::unsqueeze_copy", D::Unsqueeze},
       {"aten::detach_copy", D::Identity},
-      {"aten::alias_copy", D::Identity}};
+      {"aten::alias_copy", D::Identity},
+      {"aten::native_layer_norm", D::LayerNorm}};
   std::string name = schema.name();
   if (!schema.overload_name().empty()) name += "." + schema.overload_name();
   auto found = table.find(name);
@@ -459,10 +472,19 @@ OpInfo& op_info(const c10::OperatorHandle& op) {
     info->kinds.push_back(kind_of(argument.real_type()));
     info->names.push_back(PyUnicode_InternFromString(argument.name().c_str()));
   }
-  // The fast path makes plain outputs only: no aliasing, no mutation, Tensor returns.
+  // The fast path makes plain outputs only: no aliasing, no mutation, Tensor returns or
+  // one `Tensor[]` return (split_copy's: the Python recorder's list of outputs).
   if (schema->is_mutable() || schema->returns().empty()) info->leaf = false;
-  for (const auto& ret : schema->returns()) {
-    if (ret.alias_info() != nullptr || ret.real_type()->kind() != c10::TypeKind::TensorType) {
+  const auto& returns = schema->returns();
+  if (returns.size() == 1 && returns[0].alias_info() == nullptr &&
+      returns[0].real_type()->kind() == c10::TypeKind::ListType &&
+      returns[0].real_type()->castRaw<c10::ListType>()->getElementType()->kind() ==
+          c10::TypeKind::TensorType) {
+    info->list_out = true;
+  }
+  for (const auto& ret : returns) {
+    if (ret.alias_info() != nullptr ||
+        (ret.real_type()->kind() != c10::TypeKind::TensorType && !info->list_out)) {
       info->leaf = false;
     }
   }
@@ -577,7 +599,9 @@ bool build_key(const OpInfo& info, const c10::IValue* args, size_t n, std::strin
         break;
       }
       case Arg::Int:
-      case Arg::Dtype: {
+      case Arg::Dtype:
+      case Arg::Layout:
+      case Arg::MemoryFormat: {
         int64_t x;
         if (!int_of(v, &x)) return false;
         put_int(x, key);
@@ -624,6 +648,24 @@ bool build_key(const OpInfo& info, const c10::IValue* args, size_t n, std::strin
         }
         break;
       }
+      case Arg::TensorList: {  // lazy tensors only (a host tensor: the Python tracer)
+        if (!v.isTensorList()) return false;
+        const auto& list = v.toListRef();
+        int64_t size = list.size();
+        put(key, 'l', &size, sizeof size);
+        for (const auto& e : list) {
+          if (!e.isTensor()) return false;
+          LazyImpl* impl = lazy_impl(e.toTensor());
+          if (impl == nullptr || impl->value == nullptr) return false;
+          long long s = PyLong_AsLongLong(get_slot(impl->value, R.v_sig));
+          if (s == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return false;
+          }
+          key.append(reinterpret_cast<const char*>(&s), sizeof s);
+        }
+        break;
+      }
       case Arg::Str: {
         if (!v.isString()) return false;
         const std::string& text = v.toStringRef();
@@ -667,6 +709,27 @@ PyObject* node_arg(const OpInfo& info, size_t i, const c10::IValue& v) {
       PyObject* dtype = reinterpret_cast<PyObject*>(torch::getTHPDtype(static_cast<c10::ScalarType>(x)));
       Py_INCREF(dtype);
       return dtype;
+    }
+    case Arg::Layout: {  // (as to_python boxes it)
+      PyObject* o = reinterpret_cast<PyObject*>(torch::getTHPLayout(static_cast<c10::Layout>(v.toInt())));
+      Py_INCREF(o);
+      return o;
+    }
+    case Arg::MemoryFormat: {  // (a borrowed reference)
+      PyObject* o = torch::utils::getTHPMemoryFormat(static_cast<c10::MemoryFormat>(v.toInt()));
+      Py_INCREF(o);
+      return o;
+    }
+    case Arg::TensorList: {  // a list of LazyValues, as the Python recorder's _encode makes
+      const auto& items = v.toListRef();
+      PyObject* list = PyList_New(static_cast<Py_ssize_t>(items.size()));
+      if (list == nullptr) return nullptr;
+      for (size_t k = 0; k < items.size(); k++) {
+        PyObject* value = lazy_impl(items[k].toTensor())->value;
+        Py_INCREF(value);
+        PyList_SET_ITEM(list, k, value);
+      }
+      return list;
     }
     case Arg::IntList: {
       const auto& items = v.toListRef();
@@ -833,7 +896,7 @@ bool record_fast(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack*
   if (entry == nullptr) {
     std::string missed = key;  // (the Python call may trace, reusing the buffer)
     entry = infer_entry(info, missed, node_args, node_kwargs);
-    if (entry == nullptr || entry->outputs.size() != schema.returns().size()) {
+    if (entry == nullptr || (!info.list_out && entry->outputs.size() != schema.returns().size())) {
       Py_DECREF(node_args);
       Py_DECREF(node_kwargs);
       return false;
@@ -884,7 +947,14 @@ bool record_fast(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack*
   }
   Py_DECREF(node);
   torch::jit::drop(*stack, n);
-  for (auto& t : outputs) stack->emplace_back(std::move(t));
+  if (info.list_out) {
+    c10::List<at::Tensor> list;
+    list.reserve(outputs.size());
+    for (auto& t : outputs) list.push_back(std::move(t));
+    stack->emplace_back(std::move(list));
+  } else {
+    for (auto& t : outputs) stack->emplace_back(std::move(t));
+  }
   return true;
 }
 
@@ -995,9 +1065,10 @@ void call_python(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack*
 // `expand`, a `view`, through the `*_copy` op whose Node records that view), what
 // `unsqueeze_copy`'s decomposition records (one `unsqueeze`), and what
 // special_ops.py's `_identity` does for `detach_copy` and `alias_copy` (a new inner
-// tensor of the same value), without a Python frame. A call these do not cover (an
-// unusual argument, an out-of-range dim) goes to the Python tracer, which raises
-// eager's error.
+// tensor of the same value), and what special_ops.py's `_layer_norm` records (the op,
+// and casts of a half input's statistics), without a Python frame. A call these do not
+// cover (an unusual argument, an out-of-range dim) goes to the Python tracer, which
+// records it or raises eager's error.
 
 c10::OperatorHandle view_op(const char* name) {
   return c10::Dispatcher::singleton().findSchemaOrThrow(name, "");
@@ -1013,6 +1084,38 @@ bool record_as(const c10::OperatorHandle& target, std::vector<c10::IValue> args,
   torch::jit::drop(*stack, args.size());
   for (auto& a : original) stack->push_back(std::move(a));
   return false;
+}
+
+// special_ops._layer_norm: the op, and where the meta kernel's mean and rstd are not of
+// the input's dtype (float32 for a half input; eager CPU returns them in its dtype),
+// a `_to_copy` of each to it, mean first (the Nodes, in order, the Python route makes).
+bool layer_norm_route(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* stack,
+                      at::ScalarType dtype) {
+  static const c10::OperatorHandle to_copy = view_op("aten::_to_copy");
+  if (!record_fast(op, info, stack)) return false;
+  size_t top = stack->size();  // (out, mean, rstd)
+  if ((*stack)[top - 2].toTensor().scalar_type() == dtype &&
+      (*stack)[top - 1].toTensor().scalar_type() == dtype) {
+    return true;
+  }
+  OpInfo& cast_info = op_info(to_copy);
+  auto stats = torch::jit::pop(*stack, 2);
+  for (auto& s : stats) {
+    if (s.toTensor().scalar_type() == dtype) {
+      stack->push_back(std::move(s));
+      continue;
+    }
+    // _to_copy(self, *, dtype, layout, device, pin_memory, non_blocking, memory_format)
+    stack->push_back(std::move(s));
+    stack->emplace_back(static_cast<int64_t>(dtype));
+    for (int k = 0; k < 3; k++) stack->emplace_back();
+    stack->emplace_back(false);
+    stack->emplace_back();
+    // (a lazy tensor to a floating dtype: its key and meta inference take every such cast)
+    TORCH_CHECK(record_fast(to_copy, cast_info, stack),
+                "lazy_mlir: layer norm's statistics could not be cast to ", dtype);
+  }
+  return true;
 }
 
 bool direct_route(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* stack) {
@@ -1061,6 +1164,8 @@ bool direct_route(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack
       // Its decomposition records `unsqueeze` with the same dim (one out of range: the
       // meta inference refuses it, and the Python tracer raises eager's error).
       return record_fast(op, info, stack);
+    case D::LayerNorm:
+      return layer_norm_route(op, info, stack, x.scalar_type());
     default:
       return false;
   }

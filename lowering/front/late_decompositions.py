@@ -26,6 +26,8 @@ arguments (`normalized_shape`, `output_mask`) are keyed by value, as the tracer'
 templates key them; their decompositions branch only on shapes, dtypes and static
 arguments, and make_fx traces them at the graph's sizes (so not in a graph with
 symbolic sizes: torch.compile's graphs, decomposed by AOTAutograd, never hold them).
+Likewise `ones_like`/`zeros_like` (one `full_like`) and `stack` (a `cat` and a `view`),
+whose list of graph tensors is traced as placeholders in the list's order.
 """
 
 from __future__ import annotations
@@ -69,12 +71,20 @@ LATE = {
     aten.masked_fill.Scalar: _masked_fill_scalar,
     aten.nll_loss_forward.default: None,
     aten.nll_loss_backward.default: None,
+    # A new tensor like another (autograd's gradient seed of `loss.backward()` is a
+    # `ones_like`): their decompositions record one `full_like`, which the C++ entry
+    # could record itself, but a decomposition is a route of the Python tracer.
+    aten.ones_like.default: None,
+    aten.zeros_like.default: None,
+    # (gradient clipping stacks the parameters' norms: a `cat` and a `view`)
+    aten.stack.default: None,
 }
 # LATE's elementwise ops: traced at a symbolic graph's size hints (which sizes are 1 is
 # all that matters to them). The others use their sizes (a reduction's count, a new
 # tensor's shape) and refuse symbolic ones.
 ELEMENTWISE = {aten.addcmul.default, aten.addcdiv.default, aten.lerp.Tensor, aten.lerp.Scalar,
-               aten.gelu_backward.default, aten.masked_fill.Scalar}
+               aten.gelu_backward.default, aten.masked_fill.Scalar, aten.ones_like.default,
+               aten.zeros_like.default}
 
 _CPU = torch.device("cpu")
 _SENTINEL = 0.7853981633974483  # stands for a lifted float while make_fx traces
@@ -109,9 +119,10 @@ def _signature(op, value):
         raise NotImplementedError(f"a {type(val).__name__} node argument")
     if isinstance(value, (list, tuple)):
         # Static sizes and masks (normalized_shape, output_mask), by value as the
-        # tracer's templates key them; a graph value in a list (a symbolic size) is not.
+        # tracer's templates key them, or tensors (stack's); a graph value that is not a
+        # tensor in a list (a symbolic size) is not taken.
         items = [_signature(op, v) for v in value]
-        if any(m[1][0] != "static" and m[1][0] != "list" for m in items):
+        if any(m[1][0] not in ("static", "list", "tensor") for m in items):
             raise NotImplementedError("a list holding a graph value")
         return type(value)(m[0] for m in items), ("list", type(value), tuple(m[1] for m in items))
     if type(value) is float:
@@ -128,16 +139,13 @@ def _trace(op, args, kwargs):
     key = (op, tuple(m[1] for m in made), tuple((k, m[1]) for k, m in made_kwargs.items()))
     traced = _traced.get(key)
     if traced is None:
-        tensors = [m[0] for m in made if isinstance(m[0], torch.Tensor)]
+        tensors = _tensors([m[0] for m in made]) + _tensors(list(made_kwargs.values()), 0)
         function = _decomposition(op)
-
-        tensors += [m[0] for m in made_kwargs.values() if isinstance(m[0], torch.Tensor)]
 
         def run(*metas):  # (tensors in _expand's order: positional, then keyword)
             feed = iter(metas)
-            call_args = [next(feed) if isinstance(m[0], torch.Tensor) else m[0] for m in made]
-            call_kwargs = {k: next(feed) if isinstance(m[0], torch.Tensor) else m[0]
-                           for k, m in made_kwargs.items()}
+            call_args = [_fed(m[0], feed) for m in made]
+            call_kwargs = {k: _fed(m[0], feed) for k, m in made_kwargs.items()}
             out = function(*call_args, **call_kwargs)
             # (a plain tuple: PyTorch's named tuples, nll_loss's, are no graph output)
             return tuple(out) if isinstance(out, tuple) else out
@@ -152,6 +160,29 @@ def _trace(op, args, kwargs):
             _traced.clear()
         traced = _traced[key] = make_fx(run, decomposition_table=_make_fx_table)(*tensors)
     return traced
+
+
+def _tensors(values, index=None) -> list:
+    """The tensors among `values`, those in lists too, in order (item `index` of each
+    value where given: made_kwargs' (meta, key) pairs)."""
+    found = []
+    for v in values:
+        if index is not None:
+            v = v[index]
+        if isinstance(v, (torch.Tensor, torch.fx.Node)):
+            found.append(v)
+        elif isinstance(v, (list, tuple)):
+            found += _tensors(v)
+    return found
+
+
+def _fed(value, feed):
+    """`value` with each tensor, in lists too, replaced by the next of `feed`."""
+    if isinstance(value, torch.Tensor):
+        return next(feed)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_fed(v, feed) for v in value)
+    return value
 
 
 def tracer_table() -> dict:
@@ -172,8 +203,8 @@ def _to_copy(x, dtype):
 
 def _expand(gm: torch.fx.GraphModule, node: torch.fx.Node, mode) -> None:
     traced = _trace(node.target, node.args, node.kwargs)
-    tensor_args = [a for a in (*node.args, *node.kwargs.values())
-                   if isinstance(a, torch.fx.Node) and isinstance(a.meta.get("val"), torch.Tensor)]
+    tensor_args = [a for a in _tensors([*node.args, *node.kwargs.values()])
+                   if isinstance(a.meta.get("val"), torch.Tensor)]
     lifted = [a for a in (*node.args, *node.kwargs.values())
               if isinstance(a, torch.fx.Node) and not isinstance(a.meta.get("val"), torch.Tensor)]
     if len(lifted) > 1:

@@ -1,6 +1,6 @@
 # RUN: %PYTHON %s | FileCheck %s
 # fx graph JSON -> torch dialect: ops the lazy device records whole (AdamW's element ops,
-# a transformer's backward ops and loss), decomposed by the torch stage as the tracer's
+# a transformer's backward ops and loss, ones_like/zeros_like), decomposed by the torch stage as the tracer's
 # decompositions would have (lowering/front/late_decompositions.py). A lifted float (a
 # scalar input) stays one.
 import json
@@ -168,3 +168,25 @@ run_graph("nll_loss$mean", [([6, 9], F32), ([6], I64)],
 # CHECK: torch.aten.div.Tensor
 # CHECK: torch.aten.scatter
 # CHECK: return {{.*}} : !torch.vtensor<[],f32>, !torch.vtensor<[6,9],f32>
+
+run("ones_like$contiguous", "float32", "aten.ones_like.default", [inp(0)],
+    {"memory_format": {"memory_format": "contiguous_format"}}, tensors=1)
+# CHECK-LABEL: TEST: ones_like$contiguous
+# CHECK-NOT: torch.aten.ones_like
+# CHECK: torch.aten.full_like %arg0
+# CHECK: return
+
+run("zeros_like", "bfloat16", "aten.zeros_like.default", [inp(0)], {"pin_memory": False},
+    tensors=1)
+# CHECK-LABEL: TEST: zeros_like
+# CHECK-NOT: torch.aten.zeros_like
+# CHECK: torch.aten.full_like %arg0
+# CHECK: return
+
+run_graph("stack", [([], F32), ([], F32)],
+          [("aten.stack.default", [[inp(0), inp(1), inp(0)]], {}, [([3], F32)])], [out(0)])
+# CHECK-LABEL: TEST: stack
+# CHECK-NOT: torch.aten.stack
+# CHECK: torch.prim.ListConstruct %{{.*}}, %{{.*}}, %{{.*}}
+# CHECK: torch.aten.cat
+# CHECK: return {{.*}} : !torch.vtensor<[3],f32>

@@ -53,7 +53,54 @@ _PROGRAMS = {
     "view copies recorded as one view": lambda: _view_copies(torch.randn(3, 4, 2).to(DEVICE)),
     "view ops": lambda: _view_ops(),
     "a write through a view": lambda: _write_through_a_view(),
+    "new tensors like another (memory formats, layouts)": lambda: _like(),
+    "tensor lists (cat, split)": lambda: _tensor_lists(*_list_inputs(DEVICE)),
+    "layer norms": lambda: [t for dtype in _LAYER_NORM_DTYPES
+                            for t in _layer_norms(*_layer_norm_inputs(DEVICE, dtype))],
 }
+
+_LAYER_NORM_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+
+
+def _layer_norm_inputs(device, dtype):
+    torch.manual_seed(0)
+    return [torch.randn(s).to(dtype).to(device) for s in ((2, 5, 8), (8,), (8,), (5, 8))]
+
+
+def _layer_norms(x, w, b, w2):
+    """native_layer_norm (special_ops._layer_norm's route, and the C++ entry's) with and
+    without affine parameters, over one and two dims."""
+    aten = torch.ops.aten
+    return [*aten.native_layer_norm(x, [8], w, b, 1e-5),
+            *aten.native_layer_norm(x, [5, 8], w2, None, 1e-3),
+            *aten.native_layer_norm(x, [8], None, None, 1e-5)]
+
+
+def _list_inputs(device, dtype=torch.float32):
+    torch.manual_seed(0)
+    return [torch.randn(s).to(dtype).to(device) for s in ((3, 4), (3, 2), (5, 4))]
+
+
+def _tensor_lists(a, b, c):
+    """Ops taking a list of tensors (cat) or giving one (split_copy), as a transformer's
+    attention (qkv.split) and its backward (cat of the gradients) call them; stack (LATE)
+    and split_with_sizes_copy (a decomposition: the Python tracer) feeding them."""
+    halves = a.split(2, 1)
+    thirds = torch.cat([a, c], 0).split(3)  # (a shorter last piece)
+    return [torch.cat([a, b], 1), torch.cat([a, c]) * 2, torch.cat([b]), *halves,
+            *thirds, torch.cat([*halves, halves[0]], -1),
+            torch.cat([a, a.split([1, 3], 1)[1].sum(1, keepdim=True)], 1),
+            torch.stack([a, a * 2]).sum(0), a.split(4, 1)[0] + 1]
+
+
+def _like():
+    """ones_like and zeros_like (recorded whole: late_decompositions.LATE) with the
+    keyword arguments the C++ entry keys: a dtype, a layout, memory formats."""
+    x = torch.randn(3, 4).to(DEVICE)
+    return [torch.ops.aten.ones_like(x, memory_format=torch.contiguous_format) * x,
+            torch.zeros_like(x, dtype=torch.float16, layout=torch.strided),
+            torch.ones_like(x, memory_format=torch.preserve_format) + 1,
+            torch.full_like(x, 2.5, memory_format=torch.contiguous_format)]
 
 
 def _view_copies(x):
@@ -299,6 +346,61 @@ def test_view_copies_match_eager_and_do_not_enter_python(monkeypatch):
         torch.testing.assert_close(a.cpu(), b)
     with pytest.raises(IndexError):  # out of range: the Python tracer raises eager's error
         lazy.transpose(0, 3)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_tensor_lists_match_eager_and_do_not_enter_python(monkeypatch, dtype):
+    """cat, stack and split_copy (a list of tensors in, a list out) are recorded by the
+    C++ entry after their first call: no Python entry, eager's values (exactly: they only
+    move elements), no fallback."""
+    lazymlir.metrics.reset()
+    inputs = _list_inputs(DEVICE, dtype)
+    _tensor_lists(*inputs)
+    entries = count_python_entries(monkeypatch)
+    got = _tensor_lists(*inputs)
+    monkeypatch.undo()
+    lists = {"aten.cat.default", "aten.split_copy.Tensor", "aten.stack.default"}
+    assert [e for e in entries if e in lists] == [], entries
+    for g, w in zip(got, _tensor_lists(*_list_inputs("cpu", dtype)), strict=True):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        torch.testing.assert_close(g.cpu(), w, rtol=0, atol=0)
+    assert_no_fallback()
+
+
+@pytest.mark.parametrize("dtype", _LAYER_NORM_DTYPES)
+def test_layer_norms_match_eager_and_do_not_enter_python(monkeypatch, dtype):
+    """native_layer_norm: eager's values and dtypes (a half input's mean and rstd are
+    half: cast, as special_ops._layer_norm casts them); after a first call, no entry of
+    the Python tracer (the C++ entry records what that route records)."""
+    lazymlir.metrics.reset()
+    inputs = _layer_norm_inputs(DEVICE, dtype)
+    _layer_norms(*inputs)
+    entries = count_python_entries(monkeypatch)
+    got = _layer_norms(*inputs)
+    monkeypatch.undo()
+    half = dtype in (torch.float16, torch.bfloat16)
+    assert entries == [], entries
+    for g, w in zip(got, _layer_norms(*_layer_norm_inputs("cpu", dtype)), strict=True):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        if half:
+            eps = torch.finfo(dtype).eps
+            torch.testing.assert_close(g.cpu(), w, rtol=4 * eps, atol=4 * eps)
+        else:
+            torch.testing.assert_close(g.cpu(), w)
+    assert_no_fallback()
+
+
+def test_a_host_tensor_in_a_list_goes_to_the_python_tracer(monkeypatch):
+    """A CPU tensor in cat's list goes to the Python tracer (the fast path takes lazy
+    tensors only), which raises eager's error."""
+    a = torch.randn(2, 3)
+    lazy = a.to(DEVICE)
+    torch.cat([lazy, lazy])
+    entries = count_python_entries(monkeypatch)
+    with pytest.raises(RuntimeError, match="device"):
+        torch.cat([lazy, a])
+    monkeypatch.undo()
+    assert entries == ["aten.cat.default"]
 
 
 def test_foreach_errors_are_pytorchs():
