@@ -80,6 +80,19 @@ static uint64_t now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* The CLOCK_REALTIME time timeout_ns from now (pthread_cond_timedwait's deadline). */
+static struct timespec deadline_after(int64_t timeout_ns) {
+  struct timespec deadline;
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  deadline.tv_sec += timeout_ns / 1000000000;
+  deadline.tv_nsec += timeout_ns % 1000000000;
+  if (deadline.tv_nsec >= 1000000000) {
+    deadline.tv_sec++;
+    deadline.tv_nsec -= 1000000000;
+  }
+  return deadline;
+}
+
 static void *loop(void *unused) {
   int threads = 0;
   (void)unused;
@@ -169,14 +182,7 @@ int lazymlir_background_submit(void *const *fns, void *const *args, int count, i
 
 /* Waits at most timeout_ns for the call to end; 1 once no call is unfinished. */
 int lazymlir_background_wait(int64_t timeout_ns) {
-  struct timespec deadline;
-  clock_gettime(CLOCK_REALTIME, &deadline);
-  deadline.tv_sec += timeout_ns / 1000000000;
-  deadline.tv_nsec += timeout_ns % 1000000000;
-  if (deadline.tv_nsec >= 1000000000) {
-    deadline.tv_sec++;
-    deadline.tv_nsec -= 1000000000;
-  }
+  struct timespec deadline = deadline_after(timeout_ns);
   pthread_mutex_lock(&mu);
   int waited = finished != submitted;
   /* Someone waits: the call's remaining loops take the whole team again. */
@@ -193,14 +199,7 @@ int lazymlir_background_wait(int64_t timeout_ns) {
    1 once it is set, 2 once the submission has finished without setting it, 0 else. */
 int lazymlir_background_wait_output(uint64_t seq, volatile const uint8_t *ready, int64_t k,
                                     int64_t timeout_ns) {
-  struct timespec deadline;
-  clock_gettime(CLOCK_REALTIME, &deadline);
-  deadline.tv_sec += timeout_ns / 1000000000;
-  deadline.tv_nsec += timeout_ns % 1000000000;
-  if (deadline.tv_nsec >= 1000000000) {
-    deadline.tv_sec++;
-    deadline.tv_nsec -= 1000000000;
-  }
+  struct timespec deadline = deadline_after(timeout_ns);
   if (__atomic_load_n(&ready[k], __ATOMIC_SEQ_CST)) return 1;
   pthread_mutex_lock(&mu);
   __atomic_add_fetch(&output_waiters, 1, __ATOMIC_SEQ_CST);

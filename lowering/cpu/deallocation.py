@@ -22,10 +22,10 @@ from ..mlir_runner import walk
 # nobody frees, or a view of another memref (freed with it).
 _ALLOCATIONS = frozenset({"memref.alloc"})
 _UNOWNED = frozenset({"memref.alloca", "memref.get_global"})
-_VIEWS = frozenset({"memref.subview", "memref.expand_shape", "memref.collapse_shape",
+VIEWS = frozenset({"memref.subview", "memref.expand_shape", "memref.collapse_shape",
                     "memref.reinterpret_cast", "memref.cast", "memref.view",
                     "memref.transpose"})
-_KNOWN = _ALLOCATIONS | _UNOWNED | _VIEWS
+_KNOWN = _ALLOCATIONS | _UNOWNED | VIEWS
 
 
 def _plan(module) -> dict | None:

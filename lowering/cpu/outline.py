@@ -29,6 +29,7 @@ from mlir import ir, passmanager
 from mlir.dialects.transform import interpreter
 
 from ..mlir_runner import walk
+from .deallocation import VIEWS  # (ops whose result views their first operand)
 
 TAG = "lazymlir.outline"
 # The memref arguments (indices) of an outlined nest that are `noalias`: recorded on
@@ -215,11 +216,6 @@ def _constants_into_callees(module: ir.Module, functions: dict) -> None:
             entry.arguments[index].replace_all_uses_with(clone.results[0])
         _mark_noalias(functions[callee], list(op.operands))
 
-# Ops whose result is a view of their first operand's buffer.
-_VIEWS = {"memref.subview", "memref.expand_shape", "memref.collapse_shape",
-          "memref.reinterpret_cast", "memref.cast", "memref.view", "memref.transpose"}
-
-
 def _root(value):
     """The buffer a memref value views: a memref.alloc result, or a block argument."""
     while True:
@@ -227,7 +223,7 @@ def _root(value):
         if isinstance(producer, ir.Block):
             return value
         producer = getattr(producer, "operation", producer)
-        if producer.name not in _VIEWS:
+        if producer.name not in VIEWS:
             return value
         value = producer.operands[0]
 

@@ -22,12 +22,9 @@ from __future__ import annotations
 
 from ..bufferize.graph_inputs import in_place_pairs
 from ..bufferize.stage import RESULTS
+from .deallocation import VIEWS  # (a use of a view is a use of its buffer)
 
 FUNCTION = "lazymlir_output_ready"
-# Ops whose result is a view of their memref operand: a use of the view is a use of it.
-_VIEWS = frozenset({"memref.subview", "memref.expand_shape", "memref.collapse_shape",
-                    "memref.reinterpret_cast", "memref.cast", "memref.view",
-                    "memref.transpose"})
 
 
 def insert(module) -> int:
@@ -55,10 +52,9 @@ def insert(module) -> int:
             _declare(module)
         i64 = ir.IntegerType.get_signless(64)
         for index, ks in sorted(after.items()):
-            # After the op (before the terminator at the latest); unused: first thing.
-            anchor = top[index + 1] if index + 1 < len(top) else top[-1]
-            if index < 0:
-                anchor = top[0]
+            # Right after the op (the terminator, which uses no out-parameter, is last);
+            # an unused out-parameter (index -1): first thing.
+            anchor = top[index + 1]
             with ir.InsertionPoint(anchor), anchor.location:
                 for k in ks:
                     constant = arith.ConstantOp(i64, k).result
@@ -79,7 +75,7 @@ def _last_use(value, func_op, position: dict) -> int:
             while top.parent != func_op:
                 top = top.parent
             last = max(last, position[top])
-            if owner.name in _VIEWS:
+            if owner.name in VIEWS:
                 pending.extend(owner.results)
     return last
 

@@ -183,6 +183,18 @@ def compare_factory(fn):
 
 
 @pytest.fixture
+def background():
+    """Background runs on (LAZYMLIR_ASYNC) for the test: mark_step() launches, reads
+    wait; its runs are waited for and the setting restored after it."""
+    settings = lazymlir.config.settings()
+    before = settings.async_execution
+    settings.async_execution = True
+    yield
+    lazymlir.wait()
+    settings.async_execution = before
+
+
+@pytest.fixture
 def no_fallback():
     """Use in a test to assert, at its end, that nothing fell back to eager."""
     yield

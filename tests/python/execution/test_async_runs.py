@@ -20,16 +20,6 @@ pytestmark = pytest.mark.skipif(target_name() != "cpu",
                                 reason="background runs are the cpu target's")
 
 
-@pytest.fixture
-def background():
-    settings = lazymlir.config.settings()
-    before = settings.async_execution
-    settings.async_execution = True
-    yield
-    lazymlir.wait()
-    settings.async_execution = before
-
-
 def _pair():
     torch.manual_seed(0)
     eager = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))

@@ -14,16 +14,6 @@ pytestmark = pytest.mark.skipif(target_name() != "cpu",
                                 reason="background runs are the cpu target's")
 
 
-@pytest.fixture
-def background():
-    settings = lazymlir.config.settings()
-    before = settings.async_execution
-    settings.async_execution = True
-    yield
-    lazymlir.wait()
-    settings.async_execution = before
-
-
 def _early_reads() -> int:
     return lazymlir.metrics.counter("EarlyReads")
 
