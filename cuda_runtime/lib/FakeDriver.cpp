@@ -396,13 +396,18 @@ CUresult fakeLaunchKernel(CUfunction fn, unsigned gx, unsigned gy, unsigned gz,
     ++count;
   if (count != f->params.size())
     return CUDA_ERROR_INVALID_VALUE;
-  std::ostringstream line;
-  line << f->name << " grid=" << gx << ',' << gy << ',' << gz
-       << " block=" << bx << ',' << by << ',' << bz << " shared=" << shared
-       << " args=";
+  // Plain string appends, no ostream: on the H200 machine (GCC 13, torch 2.11+cu130 in
+  // the process) an ostream's number insertion here crashed the process inside the
+  // locale's num_put facet (docs/gpu-results.md); std::to_string needs no locale.
+  auto three = [](unsigned a, unsigned b, unsigned c) {
+    return std::to_string(a) + ',' + std::to_string(b) + ',' + std::to_string(c);
+  };
+  std::string line = f->name + " grid=" + three(gx, gy, gz) +
+                     " block=" + three(bx, by, bz) +
+                     " shared=" + std::to_string(shared) + " args=";
   for (size_t i = 0; i < f->params.size(); ++i)
-    line << (i ? "," : "") << formatParam(f->params[i], params[i]);
-  s.log += line.str() + "\n";
+    line += (i ? "," : "") + formatParam(f->params[i], params[i]);
+  s.log += line + "\n";
   return CUDA_SUCCESS;
 }
 

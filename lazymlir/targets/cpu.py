@@ -137,6 +137,9 @@ def _descriptor_type(rank: int):
 # layer_norm call as a clone. Compiled graphs never write their inputs and read them
 # through const_data_ptr, which keeps the sharing.
 _copy_on_write = getattr(torch, "_lazy_clone", torch.clone)
+# PyTorch before 2.12 has no const_data_ptr in Python: data_ptr() is right there too,
+# and materializes a copy-on-write input's copy (the sharing is lost, not a value).
+_read_pointer = getattr(torch.Tensor, "const_data_ptr", torch.Tensor.data_ptr)
 
 # Output allocation: the helper inductor's generated code calls (no argument parsing:
 # 0.67 us a call against 1.45 for torch.empty_strided and 2.9 for torch.empty), where
@@ -151,7 +154,7 @@ except ImportError:  # pragma: no cover - other PyTorch versions
 def _descriptor(tensor: torch.Tensor, written: bool):
     desc = _descriptor_type(tensor.dim())()
     # data_ptr() of a copy-on-write tensor materializes its copy: only outputs need it.
-    desc.allocated = desc.aligned = tensor.data_ptr() if written else tensor.const_data_ptr()
+    desc.allocated = desc.aligned = tensor.data_ptr() if written else _read_pointer(tensor)
     desc.offset = 0
     if tensor.dim():
         desc.shape[:] = list(tensor.shape)
@@ -295,7 +298,7 @@ class CpuExecutable(Executable):
         else:
             descriptors = frame[0]
             for desc, t in zip(descriptors, dense):
-                desc.allocated = desc.aligned = t.const_data_ptr()
+                desc.allocated = desc.aligned = _read_pointer(t)
             if scalars:
                 frame[2][:len(scalars)] = scalars
             for desc, t in zip(descriptors[len(dense) + len(scalars):], outputs):

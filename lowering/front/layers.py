@@ -151,13 +151,18 @@ def avg_pool2d(input, kernel_size, stride=(), padding=0, ceil_mode=False,
 
 def adaptive_max_pool2d(input, output_size):
     """PyTorch's decomposition, plus the case it leaves out (sizes that do not divide;
-    torch-mlir's lowering gives a shape error there): every window gathered at the
+    torch-mlir's lowering gives a shape error there; every case where PyTorch has no
+    decomposition of its own, before 2.12): every window gathered at the
     longest window's length (shorter ones repeat their last element, which leaves the
     max and its first index alone), then max over the window."""
     height, width = input.shape[-2:]
     out_h, out_w = output_size
-    if out_h * out_w == 1 or (height % out_h == 0 and width % out_w == 0) or 0 in output_size:
-        return _decomp.adaptive_max_pool2d(input, output_size)
+    reference = getattr(_decomp, "adaptive_max_pool2d", None)  # PyTorch 2.12 and later
+    if reference is not None and (out_h * out_w == 1 or 0 in output_size
+                                  or (height % out_h == 0 and width % out_w == 0)):
+        return reference(input, output_size)
+    if 0 in output_size:
+        return NotImplemented
     device = input.device
     gathers, starts = [], []
     for out, size in ((out_h, height), (out_w, width)):
