@@ -140,3 +140,31 @@ def test_segments_are_read_at_the_end(background, monkeypatch):
     assert loss.item() == pytest.approx((x * 2).sum().item(), rel=1e-5)
     torch.testing.assert_close(rest.cpu(), ((x + 1).relu() * 3 - 1).exp())
     assert _early_reads() == before
+
+
+def test_an_early_read_after_another_wait_finished_the_run(background, monkeypatch):
+    """A second thread's wait may finish a run (taking the check flag off its outputs)
+    while the first thread still reads it early: the read must see the run's buffers
+    as they were. Done here in order, on one thread, as that race ran on two (the
+    two-thread training test of test_robustness.py failed with an IndexError)."""
+    from lazymlir.execution import compiled_plan
+
+    monkeypatch.setattr(lazymlir.config.settings(), "bounds_checks", True)
+    started = []
+    real_start = compiled_plan.Started.__init__
+
+    def record(self, *args):
+        real_start(self, *args)
+        started.append(self)
+    monkeypatch.setattr(compiled_plan.Started, "__init__", record)
+    good = torch.tensor([1, 7, 3])
+    loss, grad = _embedding_step(good)
+    expected_loss, expected_grad = _embedding_expected(good)
+    (run,) = started
+    assert run.plan.flags
+    finished = run.result()  # the check flag taken off
+    early = [run.early_output(k) for k in range(len(finished))]
+    for got, want in zip(early, finished):
+        assert got is want
+    assert loss.item() == pytest.approx(expected_loss.item(), rel=1e-5)
+    torch.testing.assert_close(grad.cpu(), expected_grad)
