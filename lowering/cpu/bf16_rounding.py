@@ -5,7 +5,8 @@ target's graphs and the CUDA emulator's CPU builds of the gpu kernels (whose
 flushed subnormals to zero on an AVX512-BF16 host, where the PTX rounds as eager).
 
 1. double -> bfloat16 and double -> float16 go through float32
-   (`split_double_to_half`), as eager converts (`c10::BFloat16` and `c10::Half`
+   (`split_double_to_half`, lowering/half_conversions.py: the cuda target's kernels
+   need it too), as eager converts (`c10::BFloat16` and `c10::Half`
    are built from a float: the double is rounded to float first). LLVM lowers
    `fptrunc double to bfloat` on x86 to a call to `__truncdfbf2`, which neither
    libgcc (12) nor anything the CPU `.so` links provides: every bfloat16 graph
@@ -44,6 +45,10 @@ from mlir import ir
 from mlir.dialects import arith
 
 from . import small_math
+from ..half_conversions import element_of as _element
+from ..half_conversions import split_double_to_half
+from ..half_conversions import truncations as _truncations
+from ..half_conversions import with_element as _with_element
 from ..mlir_runner import UPSTREAM, run_pipeline, walk
 
 # bfloat16 arithmetic -> float32 ops between `extf` and `truncf` (which
@@ -66,37 +71,6 @@ HALF_MATH_PIPELINE = "builtin.module(func.func(math-extend-to-supported-types{ta
 
 # What a NaN rounds to: eager's vectorized kernels' all-ones (negative, quiet) NaN.
 NAN_BITS = 0xFFFF
-
-
-def _element(t: ir.Type) -> ir.Type:
-    return t.element_type if isinstance(t, ir.ShapedType) else t
-
-
-def _with_element(t: ir.Type, element: ir.Type) -> ir.Type:
-    if isinstance(t, ir.VectorType):
-        return ir.VectorType.get(t.shape, element, scalable=t.scalable_dims)
-    if isinstance(t, ir.RankedTensorType):
-        return ir.RankedTensorType.get(t.shape, element)
-    return element
-
-
-def _truncations(module: ir.Module, source: type,
-                 results: tuple[type, ...] = (ir.BF16Type,)) -> list[ir.Operation]:
-    """The `arith.truncf` ops from `source` (an ir type class) to one of `results`
-    in `module`."""
-    return [op for op in walk(module.operation)
-            if op.name == "arith.truncf" and isinstance(_element(op.results[0].type), results)
-            and isinstance(_element(op.operands[0].type), source)]
-
-
-def split_double_to_half(module: ir.Module) -> None:
-    """Rewrite every `arith.truncf` from f64 to bf16 or f16 in `module` in place."""
-    for op in _truncations(module, ir.F64Type, (ir.BF16Type, ir.F16Type)):
-        source = op.operands[0]
-        with op.location:  # (vector types are built at a location)
-            f32 = _with_element(source.type, ir.F32Type.get())
-            narrowed = arith.TruncFOp(f32, source, ip=ir.InsertionPoint(op))
-        op.operands[0] = narrowed.result
 
 
 def _constant(t: ir.Type, value: int, ip: ir.InsertionPoint, loc: ir.Location) -> ir.Value:

@@ -64,6 +64,7 @@ from .kernels.row_reduce import row_reductions
 from .kernels.vectorize import align_kernel_params
 from .loop_mapping import fills_to_memset, interchange_parallel_first, map_host_loops, \
     wrap_serial_generics
+from ..half_conversions import split_double_to_half
 from ..mlir_runner import walk
 
 
@@ -261,6 +262,9 @@ def to_nvvm(module: ir.Module, options=None) -> ir.Module:
     """`gpu` -> `nvvm`: target attached, kernel bodies in NVVM/LLVM, bare-pointer args."""
     opts = resolve_options(options)
     with module.context:
+        # double -> half types through float, as eager's CUDA kernels convert: NVPTX's
+        # cvt.rn.f16.f64 rounds once (lowering/half_conversions.py).
+        split_double_to_half(module)
         _run(module, NVVM_PIPELINE.format(target=_target_options(opts)))
         _relax_atomics(module)
         align_kernel_params(module)
