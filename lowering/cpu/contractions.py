@@ -11,7 +11,9 @@ folding only takes a producer with one use. So each contraction's results and
 operands get one more use for the duration of the pass (the elementwise fusion it
 blocks, of an operand's producer into the contraction, cannot happen anyway): extra
 operands of the function's `return` (the function's type follows), removed right after.
-Nothing else changes: the rest of the graph is fused as before.
+Nothing else changes: the rest of the graph is fused as before. Then the transposes
+that feed the contractions are read in place or swapped around them
+(transposed_operands.py).
 
 Before this, the whole graph was bufferized a second time without elementwise fusion
 when a contraction had gone (and the graph ran unfused): in a DenseNet-121 training
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import logging
 
+from . import transposed_operands
 from ..mlir_runner import walk
 
 log = logging.getLogger("lazymlir.lowering.cpu")
@@ -105,3 +108,5 @@ def fuse_elementwise(module) -> None:
         # Fusion is exact either way; only the schedule's speed is lost.
         log.warning("elementwise fusion turned %d of %d contractions into generic ops",
                     count - left, count)
+    # Then the transposes that feed them are read in place (transposed_operands.py).
+    transposed_operands.fold_transposes(module)

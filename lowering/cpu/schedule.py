@@ -13,7 +13,8 @@ with fewer strategies).
 Strategies (tile sizes for the host's vector registers, lowering/cpu/isa.py; the
 same code is correct on any x86-64, llc picks the host's vector width):
 
-- contractions (`linalg.matmul`, `linalg.batch_matmul`, f32): cache tiles around
+- contractions (`linalg.matmul`, `linalg.batch_matmul`, f32, plain or with A read
+  transposed: transposed_operands.py): cache tiles around
   register tiles, the accumulator in registers across K, large ones on all cores
   (schedule_contraction.py; their accumulators: schedule_accumulator.py).
 - innermost-dim reductions, transposes of the two innermost dims, elementwise ops

@@ -1,6 +1,8 @@
 """CPU schedule strategies for contractions: `linalg.matmul` and `linalg.batch_matmul`.
 
-f32, un-transposed (the named ops' default indexing maps); with static shapes a cache
+f32, with the named ops' default indexing maps or A read transposed (K x M: a
+transpose folded into the contraction on tensors, transposed_operands.py); with
+static shapes a cache
 tile (at most 64 x 256 x 256 of M x N x K) around a register tile of 8 x 32 (AVX-512;
 6 x 16 or 4 x 16 on AVX2) of M x N over 4 steps of K, all dividing the shape (no
 partial tiles, so no masks). The register tile becomes one `vector.contract`, then
@@ -41,7 +43,7 @@ MIN_PARALLEL_FLOPS = 2 * 1024 * 1024
 # one core of two. Four blocks split evenly over two or four threads.
 MIN_PARALLEL_BLOCKS = 4
 
-_DEFAULT_MAPS = {
+DEFAULT_MAPS = {
     "linalg.matmul": ["affine_map<(d0, d1, d2) -> (d0, d2)>",
                       "affine_map<(d0, d1, d2) -> (d2, d1)>",
                       "affine_map<(d0, d1, d2) -> (d0, d1)>"],
@@ -49,31 +51,67 @@ _DEFAULT_MAPS = {
                             "affine_map<(d0, d1, d2, d3) -> (d0, d3, d2)>",
                             "affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>"],
 }
+# The map of an A operand read transposed (K x M: `X.t() @ B`, folded by
+# transposed_operands.py). The vectorized A^T tile is the K x M slab the
+# outer-product lowering broadcasts from anyway: no shuffles, the plain kernel's
+# instructions. (B read transposed has no strategy: its tile must be transposed in
+# registers per step of K; transposed_operands.py swaps such matmuls instead.)
+TRANSPOSED_A = {
+    "linalg.matmul": "affine_map<(d0, d1, d2) -> (d2, d0)>",
+    "linalg.batch_matmul": "affine_map<(d0, d1, d2, d3) -> (d0, d3, d1)>",
+}
+
+
+def a_transposed(name: str, maps: list[str]) -> bool | None:
+    """Whether a contraction with these indexing maps reads A transposed; None for
+    any other variant (B transposed, broadcast, a transposed result)."""
+    default = DEFAULT_MAPS[name]
+    if len(maps) != 3 or maps[1:] != default[1:]:
+        return None
+    return {default[0]: False, TRANSPOSED_A[name]: True}.get(maps[0])
+
+
+def problem(a: list[int], b: list[int], a_t: bool) -> tuple[int, int, int]:
+    """(M, N, K) of a contraction from its operands' shapes."""
+    m, k = (a[-1], a[-2]) if a_t else (a[-2], a[-1])
+    return m, b[-1], k
+
+
+def register_tiles(m: int, n: int, k: int) -> tuple[int, int, int] | None:
+    """The register tile (M x N x K) of a static contraction on this host; None where
+    M or N has no tile (tiny or odd shapes: the scalar loops are as good)."""
+    vectors = isa.host()
+    rm = largest_divisor(m, vectors.reg_m)
+    rn = largest_divisor(n, vectors.reg_n)
+    rk = largest_divisor(k, vectors.reg_k)
+    return None if rm == 1 or rn == 1 else (rm, rn, rk)
 
 
 def contraction_plan(op, index: int) -> Plan | None:
-    """Tile + vectorize a plain (un-transposed) matmul or batch_matmul on f32 buffers."""
+    """Tile + vectorize a matmul or batch_matmul on f32 buffers, plain or with A read
+    transposed (TRANSPOSED_A)."""
     name = op.operation.name
     if name not in ("linalg.matmul", "linalg.batch_matmul"):
         return None
-    maps = op.operation.attributes["indexing_maps"] \
-        if "indexing_maps" in op.operation.attributes else None
-    if maps is not None and [str(m) for m in maps] != _DEFAULT_MAPS[name]:
-        return None  # transposed/broadcast variants keep the scalar loops
+    maps = [str(m) for m in op.operation.attributes["indexing_maps"]] \
+        if "indexing_maps" in op.operation.attributes else DEFAULT_MAPS[name]
+    a_t = a_transposed(name, maps)
+    if a_t is None:
+        return None  # other variants keep the scalar loops
     operands = list(op.operation.operands)
     if len(operands) != 3 or not all(is_f32(v.type) for v in operands):
         return None
     shapes = [static_shape(v.type) for v in operands]
     if any(s is None for s in shapes):
+        if a_t:
+            return None  # (transposed_operands.py folds only static shapes)
         return _dynamic_contraction_plan(op, index, name)
     a, b = shapes[0], shapes[1]
-    m, k, n = a[-2], a[-1], b[-1]
-    vectors = isa.host()
-    rm = largest_divisor(m, vectors.reg_m)
-    rn = largest_divisor(n, vectors.reg_n)
-    rk = largest_divisor(k, vectors.reg_k)
-    if rm == 1 or rn == 1:
-        return None  # tiny or odd shapes: the scalar loops are as good
+    m, n, k = problem(a, b, a_t)
+    tiles = register_tiles(m, n, k)
+    if tiles is None:
+        return None
+    rm, rn, rk = tiles
     cm, cn, ck = cache_tile(m, rm, CACHE_M), cache_tile(n, rn, CACHE_N), \
         cache_tile(k, rk, CACHE_K)
     batch = [1] if name == "linalg.batch_matmul" else []
@@ -121,7 +159,7 @@ def _dynamic_contraction_plan(op, index: int, name: str) -> Plan | None:
     register tile loops are peeled (lowering/cpu/dynamic.py). Run on all cores when
     its work is large enough at run time (a guard, where that depends on the sizes)."""
     rank = 4 if name == "linalg.batch_matmul" else 3
-    extents = dynamic.loop_extents(op, rank, _DEFAULT_MAPS[name])
+    extents = dynamic.loop_extents(op, rank, DEFAULT_MAPS[name])
     if extents is None:
         return None
     sizes = [extent for extent, _ in extents]

@@ -65,13 +65,39 @@ module {
 
 // lazymlir-stage: bufferized
 module {
-  func.func @mm$transposed_keeps_loops(%arg0: memref<64x64xf32>, %arg1: memref<64x64xf32>, %arg2: memref<64x64xf32>) {
+  func.func @mm$a_transposed(%arg0: memref<64x64xf32>, %arg1: memref<64x64xf32>, %arg2: memref<64x64xf32>) {
+    %cst = arith.constant 0.000000e+00 : f32
+    linalg.fill ins(%cst : f32) outs(%arg2 : memref<64x64xf32>)
     linalg.matmul indexing_maps = [affine_map<(d0, d1, d2) -> (d2, d0)>, affine_map<(d0, d1, d2) -> (d2, d1)>, affine_map<(d0, d1, d2) -> (d0, d1)>] ins(%arg0, %arg1 : memref<64x64xf32>, memref<64x64xf32>) outs(%arg2 : memref<64x64xf32>)
     return
   }
 }
-// Variants the schedule has no strategy for stay scalar loops (LLVM vectorizes what it can).
-// CHECK-LABEL: func.func @mm$transposed_keeps_loops
+// A read transposed (`h.t() @ grad`, folded by transposed_operands.py): the plain
+// kernel, its A tile read as the 4 x 8 (K x M) slab it broadcasts from, with no
+// shuffles; zero-initialized accumulators instead of the fill.
+// CHECK-LABEL: func.func @mm$a_transposed
+// CHECK-SAME: (%[[A:.*]]: memref<64x64xf32>, %[[B:.*]]: memref<64x64xf32>, %[[C:.*]]: memref<64x64xf32>) {
+// CHECK-NOT: linalg.fill
+// CHECK: scf.for {{.*}} iter_args(%{{.*}} = %{{.*}}) -> (vector<8x32xf32>) {
+// CHECK: vector.transfer_read %[[A]]{{.*}} : memref<64x64xf32>, vector<4x8xf32>
+// CHECK: vector.transfer_read %[[B]]{{.*}} : memref<64x64xf32>, vector<4x32xf32>
+// CHECK-NOT: vector.shuffle
+// CHECK-NOT: vector.transpose
+// CHECK-COUNT-32: vector.fma %{{.*}}, %{{.*}}, %{{.*}} : vector<32xf32>
+// CHECK: scf.yield
+// CHECK: vector.transfer_write
+// CHECK: return
+
+// -----
+
+// lazymlir-stage: bufferized
+module {
+  func.func @mm$b_transposed_keeps_loops(%arg0: memref<64x64xf32>, %arg1: memref<64x64xf32>, %arg2: memref<64x64xf32>) {
+    linalg.matmul indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d2)>, affine_map<(d0, d1, d2) -> (d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>] ins(%arg0, %arg1 : memref<64x64xf32>, memref<64x64xf32>) outs(%arg2 : memref<64x64xf32>)
+    return
+  }
+}
+// CHECK-LABEL: func.func @mm$b_transposed_keeps_loops
 // CHECK-NOT: vector.
 // CHECK: memref.load
 // CHECK: return
