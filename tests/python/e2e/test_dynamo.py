@@ -216,8 +216,11 @@ def test_a_compiled_optimizer_step_updates_parameters_and_state_in_place(make_op
     for a, b in zip(opts[0].state.values(), opts[1].state.values()):
         for name in a:
             torch.testing.assert_close(b[name], a[name], rtol=1e-5, atol=1e-6)
-    updated = {i for e in _in_place_executables() for i, _ in e.in_place}
-    assert len(updated) >= len(list(compiled.parameters())), updated
+    if lazymlir.targets.active().name == "cpu":
+        # (the cuda target's plans write every result to an output buffer, which the
+        # caller copies into its input: lowering/bufferize/graph_inputs.protect_inputs)
+        updated = {i for e in _in_place_executables() for i, _ in e.in_place}
+        assert len(updated) >= len(list(compiled.parameters())), updated
     assert_no_fallback()
 
 
