@@ -32,8 +32,16 @@ The thread's OpenMP team: compiled loops fork on the calling thread's libgomp te
 (targets/cpu_threads.py); each call carries the thread count to use, which the
 thread sets with libgomp's `omp_set_num_threads` (PyTorch's count on the user's
 thread), as torch.set_num_threads would. While nobody waits for the call, its forks
-take one thread fewer, leaving the user's thread a core (cpu_threads.py); a thread
-that starts waiting gives them the whole team back.
+take one thread fewer, leaving the user's thread a core (cpu_threads.py; on two
+threads, this thread alone). A thread that waits for the call runs its forks on its
+own team meanwhile (`lazymlir_background_delegate`): the execution thread hands the
+region over and sleeps until it has run, so on two threads this thread never starts
+a libgomp team of its own. Why: each thread that forks owns a libgomp pool, and once
+the pools' threads outnumber the cores libgomp cuts every team's spinning to ~1000
+rounds (its "throttled" spin count), so eager PyTorch's workers sleep and are woken
+at each parallel region: an eager MLP step (64x256 -> 512 -> 256, SGD, two threads)
+took 0.97 ms before the first background run and 1.8 ms after it, with 11 voluntary
+context switches a step against none (benchmarks/results/2026-11-28/alternation-s24.md).
 """
 
 from __future__ import annotations
@@ -73,6 +81,12 @@ static void (*set_threads)(int);
 /* targets/cpu_threads.py: mark this thread's forks as background ones; count waiters. */
 static void (*mark_background)(int32_t);
 static void (*count_waiting)(int32_t);
+/* A fork of the running call handed to a waiting thread (lazymlir_background_delegate):
+   the region to run, and its state (0 none, 1 posted, 2 taken); threads waiting that
+   run such forks. */
+static void (*posted_fn)(void *);
+static void *posted_arg;
+static int posted, serving;
 
 static uint64_t now_ns(void) {
   struct timespec ts;
@@ -130,6 +144,41 @@ void lazymlir_background_bind(void *omp_set_num_threads, void *background, void 
   count_waiting = (void (*)(int32_t))waiting;
 }
 
+/* Called by cpu_threads.py's fork on this library's thread while a thread waits for
+   its call: fn(arg) runs on a waiting thread (on that thread's OpenMP team), this
+   thread sleeping meanwhile. 1 once it has run there; 0 if no thread waits (or one
+   fork is already handed over), fn not run. */
+int lazymlir_background_delegate(void (*fn)(void *), void *arg) {
+  pthread_mutex_lock(&mu);
+  if (!serving || posted) {
+    pthread_mutex_unlock(&mu);
+    return 0;
+  }
+  posted_fn = fn;
+  posted_arg = arg;
+  posted = 1;
+  pthread_cond_broadcast(&cv);
+  while (posted) pthread_cond_wait(&cv, &mu);
+  pthread_mutex_unlock(&mu);
+  return 1;
+}
+
+/* With mu held, on a waiting thread: runs the posted fork if there is one (mu released
+   meanwhile); 1 if it ran one. A waiter runs every fork posted before it stops
+   serving, so the execution thread never waits for a fork nobody takes. */
+static int serve(void) {
+  if (posted != 1) return 0;
+  posted = 2;
+  void (*fn)(void *) = posted_fn;
+  void *arg = posted_arg;
+  pthread_mutex_unlock(&mu);
+  fn(arg);
+  pthread_mutex_lock(&mu);
+  posted = 0;
+  pthread_cond_broadcast(&cv);
+  return 1;
+}
+
 /* Called by a graph's code once its out-parameter k holds its final value. */
 void lazymlir_output_ready(int64_t k) {
   volatile uint8_t *ready = running_ready;
@@ -185,10 +234,18 @@ int lazymlir_background_wait(int64_t timeout_ns) {
   struct timespec deadline = deadline_after(timeout_ns);
   pthread_mutex_lock(&mu);
   int waited = finished != submitted;
-  /* Someone waits: the call's remaining loops take the whole team again. */
-  if (waited && count_waiting) count_waiting(1);
-  while (finished != submitted)
+  /* Someone waits: the call's remaining loops run on this thread's team. */
+  if (waited) {
+    if (count_waiting) count_waiting(1);
+    serving++;
+  }
+  while (finished != submitted) {
+    if (serve()) continue;
     if (pthread_cond_timedwait(&cv, &mu, &deadline) == ETIMEDOUT) break;
+  }
+  while (serve()) {
+  }
+  if (waited) serving--;
   int idle = finished == submitted;
   pthread_mutex_unlock(&mu);
   if (waited && count_waiting) count_waiting(-1);
@@ -203,14 +260,19 @@ int lazymlir_background_wait_output(uint64_t seq, volatile const uint8_t *ready,
   if (__atomic_load_n(&ready[k], __ATOMIC_SEQ_CST)) return 1;
   pthread_mutex_lock(&mu);
   __atomic_add_fetch(&output_waiters, 1, __ATOMIC_SEQ_CST);
-  /* Someone waits: the call's loops take the whole team until it has its output. */
+  /* Someone waits: the call's loops run on this thread's team until it has its output. */
   if (count_waiting) count_waiting(1);
+  serving++;
   int state = 0;
   for (;;) {
     if (__atomic_load_n(&ready[k], __ATOMIC_SEQ_CST)) { state = 1; break; }
     if (finished >= seq) { state = 2; break; }
+    if (serve()) continue;
     if (pthread_cond_timedwait(&cv, &mu, &deadline) == ETIMEDOUT) break;
   }
+  while (serve()) {
+  }
+  serving--;
   __atomic_sub_fetch(&output_waiters, 1, __ATOMIC_SEQ_CST);
   pthread_mutex_unlock(&mu);
   if (count_waiting) count_waiting(-1);
@@ -249,6 +311,7 @@ void lazymlir_background_forget(void) {
   submitted = finished = calls = 0;
   output_waiters = 0;
   job_ready = 0;
+  posted = serving = 0;
 }
 """
 
@@ -286,5 +349,7 @@ def load(library: Path, threads: ctypes.CDLL) -> ctypes.CDLL:
             ctypes.cast(gomp.omp_set_num_threads, ctypes.c_void_p),
             ctypes.cast(threads.lazymlir_threads_background, ctypes.c_void_p),
             ctypes.cast(threads.lazymlir_threads_waiting, ctypes.c_void_p))
+        threads.lazymlir_threads_bind_delegate(
+            ctypes.cast(lib.lazymlir_background_delegate, ctypes.c_void_p))
     os.register_at_fork(after_in_child=lib.lazymlir_background_forget)
     return lib

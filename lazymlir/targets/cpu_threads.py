@@ -72,11 +72,16 @@ static int (*thread_num)(void);
 static int (*num_threads)(void);
 static int (*in_parallel)(void);
 static int (*max_threads)(void);
-static uint64_t forks, inline_forks, late_forks, alone_forks, shrunk_forks;
+static uint64_t forks, inline_forks, late_forks, alone_forks, shrunk_forks, delegated_forks;
 /* Background runs: threads blocked until a run ends, the execution thread's mark, and
    whether forks on it leave a core to the user's thread (benchmarks switch it off). */
 static int32_t waiting, shrink_background = 1;
 static __thread int32_t background;
+/* Forks of the execution thread handed to a thread that waits for its run, to run on
+   that thread's team (cpu_background.py's lazymlir_background_delegate: 1 once run
+   there, 0 if no thread waits), and whether to (benchmarks switch it off). */
+static int (*delegate)(void (*)(void *), void *);
+static int32_t delegate_forks = 1;
 /* Depth of regions this thread runs alone (nested, or while the team is late). */
 static __thread int alone;
 
@@ -113,6 +118,13 @@ void lazymlir_threads_waiting(int32_t delta) {
 void lazymlir_threads_shrink_background(int32_t on) { shrink_background = on; }
 uint64_t lazymlir_threads_shrunk_forks(void) {
   return __atomic_load_n(&shrunk_forks, __ATOMIC_RELAXED);
+}
+void lazymlir_threads_bind_delegate(void *fn) {
+  delegate = (int (*)(void (*)(void *), void *))fn;
+}
+void lazymlir_threads_delegate_forks(int32_t on) { delegate_forks = on; }
+uint64_t lazymlir_threads_delegated_forks(void) {
+  return __atomic_load_n(&delegated_forks, __ATOMIC_RELAXED);
 }
 
 /* Binds the OpenMP runtime PyTorch uses (all six, or none: a team of one). */
@@ -181,6 +193,39 @@ static void run_alone(Fork *f) {
   alone--;
 }
 
+/* Runs f on the calling thread's team (size 0: its default size), and starts a late
+   window if the team was late (began: when the fork was called). */
+static void run_team(Fork *f, unsigned size, uint64_t began) {
+  Fork *outer = leading;
+  leading = f;
+  gomp_parallel(run_region, f, size, 0);
+  leading = outer;
+  uint64_t ended = now_ns();
+  uint64_t share = f->master_done_ns ? f->master_done_ns - began : ended - began;
+  uint64_t waited = f->master_done_ns ? ended - f->master_done_ns : 0;
+  if (waited > LATE_FLOOR_NS && waited > share) {
+    uint64_t window = __atomic_load_n(&backoff_ns, __ATOMIC_RELAXED);
+    __atomic_store_n(&alone_until_ns, ended + window, __ATOMIC_RELAXED);
+    __atomic_store_n(&backoff_ns, window * 2 < BACKOFF_MAX_NS ? window * 2 : BACKOFF_MAX_NS,
+                     __ATOMIC_RELAXED);
+    __atomic_add_fetch(&late_forks, 1, __ATOMIC_RELAXED);
+  } else {
+    __atomic_store_n(&backoff_ns, BACKOFF_MIN_NS, __ATOMIC_RELAXED);
+  }
+}
+
+/* A fork of the execution thread, run by a thread that waits for its run: on that
+   thread's team (alone if that thread is itself in a parallel region). */
+static void delegated_fork(void *data) {
+  Fork *f = (Fork *)data;
+  if (alone || (in_parallel && in_parallel())) {
+    __atomic_add_fetch(&inline_forks, 1, __ATOMIC_RELAXED);
+    run_alone(f);
+  } else {
+    run_team(f, 0, now_ns());
+  }
+}
+
 /* LLVM's OpenMPIRBuilder passes the region's captures as one struct pointer
    (argc 1); more than MAX_ARGS is refused when the graph is linked
    (lowering/cpu/codegen.py), so argc never exceeds it here. */
@@ -210,9 +255,18 @@ void __kmpc_fork_call(ident_t *loc, int32_t argc, microtask_t fn, ...) {
       return;
     }
     unsigned size = 0;  /* the team's default size */
-    if (background && shrink_background && !__atomic_load_n(&waiting, __ATOMIC_RELAXED)) {
+    if (background) {
+      /* A thread waits for this run: its team, idle meanwhile, runs the loop. A team of
+         the execution thread's own would be a second libgomp pool, and with more pool
+         threads than cores libgomp cuts every team's spinning to ~1000 rounds: eager
+         ops then sleep and wake at each region (the MLP step 0.97 -> 1.8 ms). */
+      int waited = __atomic_load_n(&waiting, __ATOMIC_RELAXED) > 0;
+      if (waited && delegate_forks && delegate && delegate(delegated_fork, &f)) {
+        __atomic_add_fetch(&delegated_forks, 1, __ATOMIC_RELAXED);
+        return;
+      }
       int n = max_threads();
-      if (n > 1) {
+      if (n > 1 && shrink_background && (!waited || delegate_forks)) {
         __atomic_add_fetch(&shrunk_forks, 1, __ATOMIC_RELAXED);
         if (n == 2) {
           run_alone(&f);
@@ -221,22 +275,7 @@ void __kmpc_fork_call(ident_t *loc, int32_t argc, microtask_t fn, ...) {
         size = (unsigned)(n - 1);
       }
     }
-    Fork *outer = leading;
-    leading = &f;
-    gomp_parallel(run_region, &f, size, 0);
-    leading = outer;
-    uint64_t ended = now_ns();
-    uint64_t share = f.master_done_ns ? f.master_done_ns - began : ended - began;
-    uint64_t waited = f.master_done_ns ? ended - f.master_done_ns : 0;
-    if (waited > LATE_FLOOR_NS && waited > share) {
-      uint64_t window = __atomic_load_n(&backoff_ns, __ATOMIC_RELAXED);
-      __atomic_store_n(&alone_until_ns, ended + window, __ATOMIC_RELAXED);
-      __atomic_store_n(&backoff_ns, window * 2 < BACKOFF_MAX_NS ? window * 2 : BACKOFF_MAX_NS,
-                       __ATOMIC_RELAXED);
-      __atomic_add_fetch(&late_forks, 1, __ATOMIC_RELAXED);
-    } else {
-      __atomic_store_n(&backoff_ns, BACKOFF_MIN_NS, __ATOMIC_RELAXED);
-    }
+    run_team(&f, size, began);
   }
 }
 
@@ -314,6 +353,7 @@ def load(library: Path) -> tuple[ctypes.CDLL, str | None]:
     lib.lazymlir_threads_late_forks.restype = ctypes.c_uint64
     lib.lazymlir_threads_alone_forks.restype = ctypes.c_uint64
     lib.lazymlir_threads_shrunk_forks.restype = ctypes.c_uint64
+    lib.lazymlir_threads_delegated_forks.restype = ctypes.c_uint64
     gomp_path = loaded_libgomp()
     if gomp_path is not None:
         gomp = ctypes.CDLL(gomp_path)  # the handle of the copy already loaded

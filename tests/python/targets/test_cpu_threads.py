@@ -272,3 +272,56 @@ def test_transposes_match_eager(shape):
     assert_no_fallback()
     torch.testing.assert_close(transposed, w.transpose(-1, -2).contiguous(), rtol=0, atol=0)
     torch.testing.assert_close(got, x @ w.transpose(-1, -2), rtol=1e-4, atol=1e-4)
+
+
+# A background run read while it runs: its parallel loops go to the reading thread's
+# team (delegated), so the execution thread starts no libgomp pool of its own: the
+# process gains one thread (the execution thread), not two. argv[1]: "1" delegates,
+# "0" is the control (the execution thread forks on its own team: its pool's worker
+# is the second new thread).
+_DELEGATE = """
+import json, os, sys
+os.environ.update(LAZYMLIR_TARGET="cpu", LAZYMLIR_ASYNC="1", LAZYMLIR_FALLBACK="error")
+import torch
+import lazymlir
+from lazymlir.targets import cpu
+torch.set_num_threads(2)
+torch.manual_seed(0)
+a, w = torch.randn(128, 512), torch.randn(512, 512) / 24
+def chain(x, w):
+    for _ in range(24):  # ~3 GFLOP: the read waits for most of the run
+        x = torch.tanh(x @ w)
+    return x
+expected = chain(a, w)  # eager: the user's thread's pool exists from here on
+al, wl = a.to("lazy_mlir"), w.to("lazy_mlir")
+settings = lazymlir.config.settings()
+settings.async_execution = False  # compile and first run on this thread
+chain(al, wl).cpu()
+settings.async_execution = True
+lib = cpu.threads_library()
+lib.lazymlir_threads_delegate_forks(int(sys.argv[1]))
+tasks = len(os.listdir("/proc/self/task"))
+delegated = lib.lazymlir_threads_delegated_forks()
+close = True
+for _ in range(3):
+    y = chain(al, wl)
+    lazymlir.mark_step()
+    close &= torch.allclose(y.cpu(), expected, rtol=1e-4, atol=1e-5)
+print(json.dumps({"new_threads": len(os.listdir("/proc/self/task")) - tasks,
+                  "delegated": lib.lazymlir_threads_delegated_forks() - delegated,
+                  "close": close}))
+"""
+
+
+def test_a_waited_background_run_forks_on_the_waiting_threads_team():
+    if cpu_threads.loaded_libgomp() is None:
+        pytest.skip("this PyTorch does not run on GNU OpenMP")
+    done = _child(_DELEGATE, "1")
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert got["close"] and got["delegated"] > 0
+    assert got["new_threads"] == 1  # the execution thread; no OpenMP worker of its own
+    control = _child(_DELEGATE, "0")
+    assert control.returncode == 0, control.stderr
+    got = json.loads(control.stdout)
+    assert got["close"] and got["delegated"] == 0 and got["new_threads"] == 2
