@@ -59,6 +59,9 @@ from pathlib import Path
 from ..support import toolchain
 
 SOURCE = r"""
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <time.h>
@@ -97,6 +100,23 @@ static __thread int alone;
 static uint64_t LATE_FLOOR_NS = 200000, BACKOFF_MIN_NS = 10000000, BACKOFF_MAX_NS = 1000000000;
 static uint64_t alone_until_ns, backoff_ns = 10000000;
 
+/* Throttled spinning while the machine is busier than its cores. libgomp spins each
+   idle team thread ~300000 rounds after a region (waits of a few ms) unless its pools
+   hold more threads than the process may use cores: then ~1000 rounds, and an idle
+   thread sleeps at once. It counts only its own threads: with another process at work
+   on a core, a team of two spinning on two cores waits for scheduler slices at every
+   region (an eager MLP step took 70-130 ms against 1 ms, with no lazymlir code in the
+   process). A late fork shows that state: it starts (or keeps) a thread that holds a
+   libgomp pool of one more thread than there are cores, which switches every team of
+   the process to the short spin, until THROTTLE_NS pass without a late fork; then the
+   thread exits and libgomp frees its pool (every team spins as before). */
+static uint64_t THROTTLE_NS = 2000000000;
+static int32_t throttle_on = 1;
+static int throttling;
+static uint64_t throttle_until_ns, throttles;
+static pthread_mutex_t throttle_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t throttle_cv = PTHREAD_COND_INITIALIZER;
+
 /* Other limits (the tests use longer ones than a loaded machine's hiccups). */
 void lazymlir_threads_tune(uint64_t late_floor_ns, uint64_t backoff_min_ns,
                            uint64_t backoff_max_ns) {
@@ -109,6 +129,21 @@ static uint64_t now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void lazymlir_threads_throttle(int32_t on, uint64_t throttle_ns) {
+  throttle_on = on;
+  THROTTLE_NS = throttle_ns;
+}
+/* Throttle threads started, and whether one holds its pool now. */
+uint64_t lazymlir_threads_throttles(void) {
+  return __atomic_load_n(&throttles, __ATOMIC_RELAXED);
+}
+int32_t lazymlir_threads_throttling(void) {
+  pthread_mutex_lock(&throttle_mu);
+  int32_t on = throttling;
+  pthread_mutex_unlock(&throttle_mu);
+  return on;
 }
 
 void lazymlir_threads_background(int32_t on) { background = on; }
@@ -193,6 +228,54 @@ static void run_alone(Fork *f) {
   alone--;
 }
 
+static void idle_region(void *data) { (void)data; }
+
+/* The throttle thread: a team of cores + 1 threads (its pool stays while it lives),
+   then it sleeps until THROTTLE_NS have passed since the last late fork. */
+static void *throttle_main(void *unused) {
+  (void)unused;
+  cpu_set_t cpus;
+  int n = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  gomp_parallel(idle_region, 0, (unsigned)n + 1, 0);
+  pthread_mutex_lock(&throttle_mu);
+  for (;;) {
+    uint64_t now = now_ns();
+    if (now >= throttle_until_ns) break;
+    uint64_t left = throttle_until_ns - now;
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += (time_t)(left / 1000000000u);
+    deadline.tv_nsec += (long)(left % 1000000000u);
+    if (deadline.tv_nsec >= 1000000000) {
+      deadline.tv_sec++;
+      deadline.tv_nsec -= 1000000000;
+    }
+    pthread_cond_timedwait(&throttle_cv, &throttle_mu, &deadline);
+  }
+  throttling = 0;
+  pthread_mutex_unlock(&throttle_mu);
+  return 0;  /* libgomp frees this thread's pool as it exits */
+}
+
+/* A late fork: throttle spinning until THROTTLE_NS from `now`. */
+static void throttle_from(uint64_t now) {
+  if (!throttle_on || !gomp_parallel) return;
+  pthread_mutex_lock(&throttle_mu);
+  throttle_until_ns = now + THROTTLE_NS;
+  if (!throttling) {
+    pthread_t thread;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&thread, &attr, throttle_main, 0) == 0) {
+      throttling = 1;
+      throttles++;
+    }
+    pthread_attr_destroy(&attr);
+  }
+  pthread_mutex_unlock(&throttle_mu);
+}
+
 /* Runs f on the calling thread's team (size 0: its default size), and starts a late
    window if the team was late (began: when the fork was called). */
 static void run_team(Fork *f, unsigned size, uint64_t began) {
@@ -209,6 +292,7 @@ static void run_team(Fork *f, unsigned size, uint64_t began) {
     __atomic_store_n(&backoff_ns, window * 2 < BACKOFF_MAX_NS ? window * 2 : BACKOFF_MAX_NS,
                      __ATOMIC_RELAXED);
     __atomic_add_fetch(&late_forks, 1, __ATOMIC_RELAXED);
+    throttle_from(ended);
   } else {
     __atomic_store_n(&backoff_ns, BACKOFF_MIN_NS, __ATOMIC_RELAXED);
   }
@@ -328,7 +412,7 @@ LIBRARY_STEM = "liblazymlir_cpu_threads"
 
 def build(directory: str | os.PathLike) -> Path:
     """directory/<stem>-<hash>.so, compiled if it is not there yet."""
-    return toolchain.build_c_library(SOURCE, LIBRARY_STEM, directory)
+    return toolchain.build_c_library(SOURCE, LIBRARY_STEM, directory, flags=("-pthread",))
 
 
 def loaded_libgomp() -> str | None:
@@ -354,6 +438,8 @@ def load(library: Path) -> tuple[ctypes.CDLL, str | None]:
     lib.lazymlir_threads_alone_forks.restype = ctypes.c_uint64
     lib.lazymlir_threads_shrunk_forks.restype = ctypes.c_uint64
     lib.lazymlir_threads_delegated_forks.restype = ctypes.c_uint64
+    lib.lazymlir_threads_throttles.restype = ctypes.c_uint64
+    lib.lazymlir_threads_throttle.argtypes = [ctypes.c_int32, ctypes.c_uint64]
     gomp_path = loaded_libgomp()
     if gomp_path is not None:
         gomp = ctypes.CDLL(gomp_path)  # the handle of the copy already loaded
