@@ -39,9 +39,24 @@ fork tries the team again. Same iterations, same code: the same results.
 Background runs: a graph the background thread runs while the user's thread is at work
 (tracing the next step: targets/cpu_background.py) leaves that thread a core: its
 forks take one thread fewer than the team (on two threads: the background thread
-alone). Once a thread waits for the run (`lazymlir_threads_waiting`), forks take the
-whole team again. Without it, an MLP step's tracing on two cores spent ~1-1.6 ms of
-its ~2.2 ms waiting for a core while the team ran the previous step.
+alone). Without it, an MLP step's tracing on two cores spent ~1-1.6 ms of its ~2.2 ms
+waiting for a core while the team ran the previous step. Once a thread waits for the
+run (`lazymlir_threads_waiting`), forks take the whole team again: the background
+thread's own, a second libgomp pool, which lives only as long as that thread, and
+the thread exits at the end of a run that started one (`lazymlir_threads_pooled`,
+cpu_background.py): with more pool threads than cores libgomp cuts every team's
+spinning after a region from ~300000 rounds to ~1000, and eager ops then sleep and
+wake at each region (an eager MLP step 1.8 against 0.97 ms while the background
+thread and its pool lived on).
+
+Throttled spinning under load: that short spin is what a team needs when another
+process holds a core: a team of two spinning on two busy cores waits for a scheduler
+slice at each region (an eager MLP step 70-130 ms against 1 ms, at load 3-4, in a
+process with no lazymlir code). libgomp counts only its own threads, so a late fork
+(above) stands for that state: it starts a thread that holds a pool of one thread more
+than the process may use cores, which makes libgomp throttle every team of the
+process, eager's included, until 2 s pass without a late fork; then the thread exits
+and libgomp frees its pool.
 
 Nested: a graph run from inside an OpenMP region (from one of the team's threads)
 runs its loops on that thread alone, as PyTorch's `at::parallel_for` does there,
@@ -75,16 +90,13 @@ static int (*thread_num)(void);
 static int (*num_threads)(void);
 static int (*in_parallel)(void);
 static int (*max_threads)(void);
-static uint64_t forks, inline_forks, late_forks, alone_forks, shrunk_forks, delegated_forks;
+static uint64_t forks, inline_forks, late_forks, alone_forks, shrunk_forks;
 /* Background runs: threads blocked until a run ends, the execution thread's mark, and
    whether forks on it leave a core to the user's thread (benchmarks switch it off). */
 static int32_t waiting, shrink_background = 1;
 static __thread int32_t background;
-/* Forks of the execution thread handed to a thread that waits for its run, to run on
-   that thread's team (cpu_background.py's lazymlir_background_delegate: 1 once run
-   there, 0 if no thread waits), and whether to (benchmarks switch it off). */
-static int (*delegate)(void (*)(void *), void *);
-static int32_t delegate_forks = 1;
+/* Whether this thread has started a libgomp team (so owns a pool) since it began. */
+static __thread int32_t pooled;
 /* Depth of regions this thread runs alone (nested, or while the team is late). */
 static __thread int alone;
 
@@ -154,13 +166,7 @@ void lazymlir_threads_shrink_background(int32_t on) { shrink_background = on; }
 uint64_t lazymlir_threads_shrunk_forks(void) {
   return __atomic_load_n(&shrunk_forks, __ATOMIC_RELAXED);
 }
-void lazymlir_threads_bind_delegate(void *fn) {
-  delegate = (int (*)(void (*)(void *), void *))fn;
-}
-void lazymlir_threads_delegate_forks(int32_t on) { delegate_forks = on; }
-uint64_t lazymlir_threads_delegated_forks(void) {
-  return __atomic_load_n(&delegated_forks, __ATOMIC_RELAXED);
-}
+int32_t lazymlir_threads_pooled(void) { return pooled; }
 
 /* Binds the OpenMP runtime PyTorch uses (all six, or none: a team of one). */
 void lazymlir_threads_bind(void *parallel, void *barrier, void *get_thread_num,
@@ -281,6 +287,7 @@ static void throttle_from(uint64_t now) {
 static void run_team(Fork *f, unsigned size, uint64_t began) {
   Fork *outer = leading;
   leading = f;
+  pooled = 1;
   gomp_parallel(run_region, f, size, 0);
   leading = outer;
   uint64_t ended = now_ns();
@@ -295,18 +302,6 @@ static void run_team(Fork *f, unsigned size, uint64_t began) {
     throttle_from(ended);
   } else {
     __atomic_store_n(&backoff_ns, BACKOFF_MIN_NS, __ATOMIC_RELAXED);
-  }
-}
-
-/* A fork of the execution thread, run by a thread that waits for its run: on that
-   thread's team (alone if that thread is itself in a parallel region). */
-static void delegated_fork(void *data) {
-  Fork *f = (Fork *)data;
-  if (alone || (in_parallel && in_parallel())) {
-    __atomic_add_fetch(&inline_forks, 1, __ATOMIC_RELAXED);
-    run_alone(f);
-  } else {
-    run_team(f, 0, now_ns());
   }
 }
 
@@ -339,18 +334,9 @@ void __kmpc_fork_call(ident_t *loc, int32_t argc, microtask_t fn, ...) {
       return;
     }
     unsigned size = 0;  /* the team's default size */
-    if (background) {
-      /* A thread waits for this run: its team, idle meanwhile, runs the loop. A team of
-         the execution thread's own would be a second libgomp pool, and with more pool
-         threads than cores libgomp cuts every team's spinning to ~1000 rounds: eager
-         ops then sleep and wake at each region (the MLP step 0.97 -> 1.8 ms). */
-      int waited = __atomic_load_n(&waiting, __ATOMIC_RELAXED) > 0;
-      if (waited && delegate_forks && delegate && delegate(delegated_fork, &f)) {
-        __atomic_add_fetch(&delegated_forks, 1, __ATOMIC_RELAXED);
-        return;
-      }
+    if (background && shrink_background && !__atomic_load_n(&waiting, __ATOMIC_RELAXED)) {
       int n = max_threads();
-      if (n > 1 && shrink_background && (!waited || delegate_forks)) {
+      if (n > 1) {
         __atomic_add_fetch(&shrunk_forks, 1, __ATOMIC_RELAXED);
         if (n == 2) {
           run_alone(&f);
@@ -437,7 +423,6 @@ def load(library: Path) -> tuple[ctypes.CDLL, str | None]:
     lib.lazymlir_threads_late_forks.restype = ctypes.c_uint64
     lib.lazymlir_threads_alone_forks.restype = ctypes.c_uint64
     lib.lazymlir_threads_shrunk_forks.restype = ctypes.c_uint64
-    lib.lazymlir_threads_delegated_forks.restype = ctypes.c_uint64
     lib.lazymlir_threads_throttles.restype = ctypes.c_uint64
     lib.lazymlir_threads_throttle.argtypes = [ctypes.c_int32, ctypes.c_uint64]
     gomp_path = loaded_libgomp()

@@ -287,13 +287,13 @@ def test_transposes_match_eager(shape):
     torch.testing.assert_close(got, x @ w.transpose(-1, -2), rtol=1e-4, atol=1e-4)
 
 
-# A background run read while it runs: its parallel loops go to the reading thread's
-# team (delegated), so the execution thread starts no libgomp pool of its own: the
-# process gains one thread (the execution thread), not two. argv[1]: "1" delegates,
-# "0" is the control (the execution thread forks on its own team: its pool's worker
-# is the second new thread).
-_DELEGATE = """
-import json, os, sys
+# Background runs read while they run: their parallel loops take the whole team, the
+# execution thread's own (a libgomp pool), and that thread exits at each run's end, so
+# that no pool outlives its run: the process has no more threads than before them, and
+# a thread was started per run. argv[1]: "1" as the library does, "0" the control (the
+# thread stays, its pool too: two threads more).
+_POOL = """
+import json, os, sys, time
 os.environ.update(LAZYMLIR_TARGET="cpu", LAZYMLIR_ASYNC="1", LAZYMLIR_FALLBACK="error")
 import torch
 import lazymlir
@@ -306,36 +306,49 @@ def chain(x, w):
         x = torch.tanh(x @ w)
     return x
 expected = chain(a, w)  # eager: the user's thread's pool exists from here on
-lib = cpu.threads_library()
-lib.lazymlir_threads_throttle(0, 0)  # no throttle thread (a late fork on a busy machine)
-lib.lazymlir_threads_delegate_forks(int(sys.argv[1]))
+threads, background = cpu.threads_library(), cpu.background_library()
+threads.lazymlir_threads_throttle(0, 0)  # no throttle thread (a late fork on a busy machine)
+threads.lazymlir_threads_tune(10**15, 10**7, 10**9)  # no fork is late: every one on a team
+if sys.argv[1] == "0":  # bound as the library binds it, but never "owns a pool"
+    import ctypes
+    from lazymlir.targets import cpu_threads
+    NEVER = ctypes.CFUNCTYPE(ctypes.c_int32)(lambda: 0)
+    background.lazymlir_background_bind(
+        ctypes.cast(ctypes.CDLL(cpu_threads.loaded_libgomp()).omp_set_num_threads,
+                    ctypes.c_void_p),
+        ctypes.cast(threads.lazymlir_threads_background, ctypes.c_void_p),
+        ctypes.cast(threads.lazymlir_threads_waiting, ctypes.c_void_p),
+        ctypes.cast(NEVER, ctypes.c_void_p))
 al, wl = a.to("lazy_mlir"), w.to("lazy_mlir")
 settings = lazymlir.config.settings()
 settings.async_execution = False  # compile and first run on this thread
 chain(al, wl).cpu()
 settings.async_execution = True
 tasks = len(os.listdir("/proc/self/task"))
-delegated = lib.lazymlir_threads_delegated_forks()
+starts = background.lazymlir_background_starts()
 close = True
 for _ in range(3):
     y = chain(al, wl)
     lazymlir.mark_step()
     close &= torch.allclose(y.cpu(), expected, rtol=1e-4, atol=1e-5)
+lazymlir.wait()
+for _ in range(100):  # the exiting thread frees its pool after the run's end is signalled
+    if len(os.listdir("/proc/self/task")) == tasks:
+        break
+    time.sleep(0.01)
 print(json.dumps({"new_threads": len(os.listdir("/proc/self/task")) - tasks,
-                  "delegated": lib.lazymlir_threads_delegated_forks() - delegated,
+                  "starts": background.lazymlir_background_starts() - starts,
                   "close": close}))
 """
 
 
-def test_a_waited_background_run_forks_on_the_waiting_threads_team():
+def test_the_background_threads_openmp_pool_does_not_outlive_its_run():
     if cpu_threads.loaded_libgomp() is None:
         pytest.skip("this PyTorch does not run on GNU OpenMP")
-    done = _child(_DELEGATE, "1")
+    done = _child(_POOL, "1")
     assert done.returncode == 0, done.stderr
     got = json.loads(done.stdout)
-    assert got["close"] and got["delegated"] > 0
-    assert got["new_threads"] == 1  # the execution thread; no OpenMP worker of its own
-    control = _child(_DELEGATE, "0")
+    assert got == {"new_threads": 0, "starts": 3, "close": True}
+    control = _child(_POOL, "0")
     assert control.returncode == 0, control.stderr
-    got = json.loads(control.stdout)
-    assert got["close"] and got["delegated"] == 0 and got["new_threads"] == 2
+    assert json.loads(control.stdout) == {"new_threads": 2, "starts": 1, "close": True}
