@@ -82,8 +82,14 @@ static void (*set_threads)(int);
 /* targets/cpu_threads.py: mark this thread's forks as background ones; count waiters. */
 static void (*mark_background)(int32_t);
 static void (*count_waiting)(int32_t);
-/* targets/cpu_threads.py: whether this thread has started an OpenMP team (owns a pool). */
+/* targets/cpu_threads.py: whether this thread owns an OpenMP pool that should go. */
 static int32_t (*owns_pool)(void);
+/* A fork of the running call handed to a waiting thread (lazymlir_background_delegate):
+   the region to run, and its state (0 none, 1 posted, 2 taken); threads waiting that
+   run such forks. */
+static void (*posted_fn)(void *);
+static void *posted_arg;
+static int posted, serving;
 
 static uint64_t now_ns(void) {
   struct timespec ts;
@@ -104,13 +110,26 @@ static struct timespec deadline_after(int64_t timeout_ns) {
   return deadline;
 }
 
+/* Set by lazymlir_background_retire: the thread, idle, exits if it owns a pool. */
+static int retiring;
+
 static void *loop(void *unused) {
   int threads = 0;
   (void)unused;
   if (mark_background) mark_background(1);
   pthread_mutex_lock(&mu);
   for (;;) {
-    while (finished == submitted) pthread_cond_wait(&cv, &mu);
+    while (finished == submitted) {
+      if (retiring) {
+        retiring = 0;
+        if (owns_pool && owns_pool()) {
+          started = 0;
+          pthread_mutex_unlock(&mu);
+          return 0;
+        }
+      }
+      pthread_cond_wait(&cv, &mu);
+    }
     void *const *fns = job_fns;
     void *const *args = job_args;
     int count = job_count;
@@ -126,9 +145,8 @@ static void *loop(void *unused) {
     for (int i = 0; i < count; i++) ((entry_t)fns[i])(args[i]);
     uint64_t took = now_ns() - began;
     running_ready = 0;
-    /* A thread that started a team leaves: libgomp frees its pool as it exits (the
-       next submission starts a thread), so the pool's threads do not count against
-       the cores between runs. */
+    /* A thread that started a team while the machine was busy leaves once it is not:
+       libgomp frees its pool as it exits (the next submission starts a thread). */
     int leave = owns_pool && owns_pool();
     pthread_mutex_lock(&mu);
     last_ns = took;
@@ -149,6 +167,52 @@ void lazymlir_background_bind(void *omp_set_num_threads, void *background, void 
   mark_background = (void (*)(int32_t))background;
   count_waiting = (void (*)(int32_t))waiting;
   owns_pool = (int32_t (*)(void))pooled;
+}
+
+/* Called by cpu_threads.py when throttling ends: the thread, if idle and owning a pool,
+   exits (a running one checks at its run's end). */
+void lazymlir_background_retire(void) {
+  pthread_mutex_lock(&mu);
+  if (started) {
+    retiring = 1;
+    pthread_cond_broadcast(&cv);
+  }
+  pthread_mutex_unlock(&mu);
+}
+
+/* Called by cpu_threads.py's fork on this library's thread while a thread waits for
+   its call: fn(arg) runs on a waiting thread (on that thread's OpenMP team), this
+   thread sleeping meanwhile. 1 once it has run there; 0 if no thread waits (or one
+   fork is already handed over), fn not run. */
+int lazymlir_background_delegate(void (*fn)(void *), void *arg) {
+  pthread_mutex_lock(&mu);
+  if (!serving || posted) {
+    pthread_mutex_unlock(&mu);
+    return 0;
+  }
+  posted_fn = fn;
+  posted_arg = arg;
+  posted = 1;
+  pthread_cond_broadcast(&cv);
+  while (posted) pthread_cond_wait(&cv, &mu);
+  pthread_mutex_unlock(&mu);
+  return 1;
+}
+
+/* With mu held, on a waiting thread: runs the posted fork if there is one (mu released
+   meanwhile); 1 if it ran one. A waiter runs every fork posted before it stops
+   serving, so the execution thread never waits for a fork nobody takes. */
+static int serve(void) {
+  if (posted != 1) return 0;
+  posted = 2;
+  void (*fn)(void *) = posted_fn;
+  void *arg = posted_arg;
+  pthread_mutex_unlock(&mu);
+  fn(arg);
+  pthread_mutex_lock(&mu);
+  posted = 0;
+  pthread_cond_broadcast(&cv);
+  return 1;
 }
 
 /* Called by a graph's code once its out-parameter k holds its final value. */
@@ -207,10 +271,19 @@ int lazymlir_background_wait(int64_t timeout_ns) {
   struct timespec deadline = deadline_after(timeout_ns);
   pthread_mutex_lock(&mu);
   int waited = finished != submitted;
-  /* Someone waits: the call's remaining loops take the whole team again. */
-  if (waited && count_waiting) count_waiting(1);
-  while (finished != submitted)
+  /* Someone waits: the call's remaining loops take the whole team again (this
+     thread's, while the machine is not busy: cpu_threads.py). */
+  if (waited) {
+    if (count_waiting) count_waiting(1);
+    serving++;
+  }
+  while (finished != submitted) {
+    if (serve()) continue;
     if (pthread_cond_timedwait(&cv, &mu, &deadline) == ETIMEDOUT) break;
+  }
+  while (serve()) {
+  }
+  if (waited) serving--;
   int idle = finished == submitted;
   pthread_mutex_unlock(&mu);
   if (waited && count_waiting) count_waiting(-1);
@@ -227,12 +300,17 @@ int lazymlir_background_wait_output(uint64_t seq, volatile const uint8_t *ready,
   __atomic_add_fetch(&output_waiters, 1, __ATOMIC_SEQ_CST);
   /* Someone waits: the call's loops take the whole team until it has its output. */
   if (count_waiting) count_waiting(1);
+  serving++;
   int state = 0;
   for (;;) {
     if (__atomic_load_n(&ready[k], __ATOMIC_SEQ_CST)) { state = 1; break; }
     if (finished >= seq) { state = 2; break; }
+    if (serve()) continue;
     if (pthread_cond_timedwait(&cv, &mu, &deadline) == ETIMEDOUT) break;
   }
+  while (serve()) {
+  }
+  serving--;
   __atomic_sub_fetch(&output_waiters, 1, __ATOMIC_SEQ_CST);
   pthread_mutex_unlock(&mu);
   if (count_waiting) count_waiting(-1);
@@ -280,6 +358,7 @@ void lazymlir_background_forget(void) {
   submitted = finished = calls = 0;
   output_waiters = 0;
   job_ready = 0;
+  posted = serving = retiring = 0;
 }
 """
 
@@ -318,6 +397,9 @@ def load(library: Path, threads: ctypes.CDLL) -> ctypes.CDLL:
             ctypes.cast(gomp.omp_set_num_threads, ctypes.c_void_p),
             ctypes.cast(threads.lazymlir_threads_background, ctypes.c_void_p),
             ctypes.cast(threads.lazymlir_threads_waiting, ctypes.c_void_p),
-            ctypes.cast(threads.lazymlir_threads_pooled, ctypes.c_void_p))
+            ctypes.cast(threads.lazymlir_threads_pool_to_free, ctypes.c_void_p))
+        threads.lazymlir_threads_bind_delegate(
+            ctypes.cast(lib.lazymlir_background_delegate, ctypes.c_void_p),
+            ctypes.cast(lib.lazymlir_background_retire, ctypes.c_void_p))
     os.register_at_fork(after_in_child=lib.lazymlir_background_forget)
     return lib

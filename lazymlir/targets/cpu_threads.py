@@ -90,13 +90,21 @@ static int (*thread_num)(void);
 static int (*num_threads)(void);
 static int (*in_parallel)(void);
 static int (*max_threads)(void);
-static uint64_t forks, inline_forks, late_forks, alone_forks, shrunk_forks;
+static uint64_t forks, inline_forks, late_forks, alone_forks, shrunk_forks, delegated_forks;
 /* Background runs: threads blocked until a run ends, the execution thread's mark, and
    whether forks on it leave a core to the user's thread (benchmarks switch it off). */
 static int32_t waiting, shrink_background = 1;
 static __thread int32_t background;
 /* Whether this thread has started a libgomp team (so owns a pool) since it began. */
 static __thread int32_t pooled;
+/* Forks of the execution thread handed to a thread that waits for its run, to run on
+   that thread's team (cpu_background.py's lazymlir_background_delegate: 1 once run
+   there, 0 if no thread waits), and whether to (tests and benchmarks switch it off). */
+static int (*delegate)(void (*)(void *), void *);
+static int32_t delegate_forks = 1;
+/* cpu_background.py's lazymlir_background_retire: the end of throttling tells an idle
+   execution thread that owns a pool to exit. */
+static void (*retire)(void);
 /* Depth of regions this thread runs alone (nested, or while the team is late). */
 static __thread int alone;
 
@@ -152,10 +160,12 @@ uint64_t lazymlir_threads_throttles(void) {
   return __atomic_load_n(&throttles, __ATOMIC_RELAXED);
 }
 int32_t lazymlir_threads_throttling(void) {
-  pthread_mutex_lock(&throttle_mu);
-  int32_t on = throttling;
-  pthread_mutex_unlock(&throttle_mu);
-  return on;
+  return __atomic_load_n(&throttling, __ATOMIC_RELAXED);
+}
+/* 1 if this thread owns a libgomp pool that should go (nothing throttles now): the
+   execution thread exits at its run's end then (cpu_background.py). */
+int32_t lazymlir_threads_pool_to_free(void) {
+  return pooled && !lazymlir_threads_throttling();
 }
 
 void lazymlir_threads_background(int32_t on) { background = on; }
@@ -166,7 +176,14 @@ void lazymlir_threads_shrink_background(int32_t on) { shrink_background = on; }
 uint64_t lazymlir_threads_shrunk_forks(void) {
   return __atomic_load_n(&shrunk_forks, __ATOMIC_RELAXED);
 }
-int32_t lazymlir_threads_pooled(void) { return pooled; }
+void lazymlir_threads_bind_delegate(void *fn, void *retire_fn) {
+  delegate = (int (*)(void (*)(void *), void *))fn;
+  retire = (void (*)(void))retire_fn;
+}
+void lazymlir_threads_delegate_forks(int32_t on) { delegate_forks = on; }
+uint64_t lazymlir_threads_delegated_forks(void) {
+  return __atomic_load_n(&delegated_forks, __ATOMIC_RELAXED);
+}
 
 /* Binds the OpenMP runtime PyTorch uses (all six, or none: a team of one). */
 void lazymlir_threads_bind(void *parallel, void *barrier, void *get_thread_num,
@@ -258,8 +275,9 @@ static void *throttle_main(void *unused) {
     }
     pthread_cond_timedwait(&throttle_cv, &throttle_mu, &deadline);
   }
-  throttling = 0;
+  __atomic_store_n(&throttling, 0, __ATOMIC_RELAXED);
   pthread_mutex_unlock(&throttle_mu);
+  if (retire) retire();
   return 0;  /* libgomp frees this thread's pool as it exits */
 }
 
@@ -274,7 +292,7 @@ static void throttle_from(uint64_t now) {
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     if (pthread_create(&thread, &attr, throttle_main, 0) == 0) {
-      throttling = 1;
+      __atomic_store_n(&throttling, 1, __ATOMIC_RELAXED);
       throttles++;
     }
     pthread_attr_destroy(&attr);
@@ -302,6 +320,18 @@ static void run_team(Fork *f, unsigned size, uint64_t began) {
     throttle_from(ended);
   } else {
     __atomic_store_n(&backoff_ns, BACKOFF_MIN_NS, __ATOMIC_RELAXED);
+  }
+}
+
+/* A fork of the execution thread, run by a thread that waits for its run: on that
+   thread's team (alone if that thread is itself in a parallel region). */
+static void delegated_fork(void *data) {
+  Fork *f = (Fork *)data;
+  if (alone || (in_parallel && in_parallel())) {
+    __atomic_add_fetch(&inline_forks, 1, __ATOMIC_RELAXED);
+    run_alone(f);
+  } else {
+    run_team(f, 0, now_ns());
   }
 }
 
@@ -334,9 +364,19 @@ void __kmpc_fork_call(ident_t *loc, int32_t argc, microtask_t fn, ...) {
       return;
     }
     unsigned size = 0;  /* the team's default size */
-    if (background && shrink_background && !__atomic_load_n(&waiting, __ATOMIC_RELAXED)) {
+    if (background) {
+      /* A thread waits for this run: on a machine that is not busy, its team (idle
+         meanwhile, the one eager ops use) runs the loop, so this thread starts no pool
+         of its own (see "Background runs" above); on a busy one (throttled), this
+         thread's own team, and no wake-up of the waiting thread per fork. */
+      int waited = __atomic_load_n(&waiting, __ATOMIC_RELAXED) > 0;
+      int handing = waited && delegate_forks && delegate && !lazymlir_threads_throttling();
+      if (handing && delegate(delegated_fork, &f)) {
+        __atomic_add_fetch(&delegated_forks, 1, __ATOMIC_RELAXED);
+        return;
+      }
       int n = max_threads();
-      if (n > 1) {
+      if (n > 1 && shrink_background && (!waited || handing)) {
         __atomic_add_fetch(&shrunk_forks, 1, __ATOMIC_RELAXED);
         if (n == 2) {
           run_alone(&f);
@@ -424,6 +464,7 @@ def load(library: Path) -> tuple[ctypes.CDLL, str | None]:
     lib.lazymlir_threads_alone_forks.restype = ctypes.c_uint64
     lib.lazymlir_threads_shrunk_forks.restype = ctypes.c_uint64
     lib.lazymlir_threads_throttles.restype = ctypes.c_uint64
+    lib.lazymlir_threads_delegated_forks.restype = ctypes.c_uint64
     lib.lazymlir_threads_throttle.argtypes = [ctypes.c_int32, ctypes.c_uint64]
     gomp_path = loaded_libgomp()
     if gomp_path is not None:

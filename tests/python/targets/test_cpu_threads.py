@@ -287,17 +287,18 @@ def test_transposes_match_eager(shape):
     torch.testing.assert_close(got, x @ w.transpose(-1, -2), rtol=1e-4, atol=1e-4)
 
 
-# Background runs read while they run: their parallel loops take the whole team, the
-# execution thread's own (a libgomp pool), and that thread exits at each run's end, so
-# that no pool outlives its run: the process has no more threads than before them, and
-# a thread was started per run. argv[1]: "1" as the library does, "0" the control (the
-# thread stays, its pool too: two threads more).
+# Background runs read while they run (no fork late, nothing throttled): their parallel
+# loops go to the reading thread's team ("delegate"), so the execution thread starts no
+# libgomp pool: one new thread. Without delegation ("own") the execution thread forks on
+# its own team, a pool, and exits at each run's end, its pool freed: no new thread, one
+# start per run. The control ("keep": the thread never told that its pool should go)
+# keeps the thread and its pool's worker: two.
 _POOL = """
-import json, os, sys, time
+import ctypes, json, os, sys, time
 os.environ.update(LAZYMLIR_TARGET="cpu", LAZYMLIR_ASYNC="1", LAZYMLIR_FALLBACK="error")
 import torch
 import lazymlir
-from lazymlir.targets import cpu
+from lazymlir.targets import cpu, cpu_threads
 torch.set_num_threads(2)
 torch.manual_seed(0)
 a, w = torch.randn(128, 512), torch.randn(512, 512) / 24
@@ -309,9 +310,9 @@ expected = chain(a, w)  # eager: the user's thread's pool exists from here on
 threads, background = cpu.threads_library(), cpu.background_library()
 threads.lazymlir_threads_throttle(0, 0)  # no throttle thread (a late fork on a busy machine)
 threads.lazymlir_threads_tune(10**15, 10**7, 10**9)  # no fork is late: every one on a team
-if sys.argv[1] == "0":  # bound as the library binds it, but never "owns a pool"
-    import ctypes
-    from lazymlir.targets import cpu_threads
+mode = sys.argv[1]
+threads.lazymlir_threads_delegate_forks(int(mode == "delegate"))
+if mode == "keep":  # bound as the library binds it, but its pool never "should go"
     NEVER = ctypes.CFUNCTYPE(ctypes.c_int32)(lambda: 0)
     background.lazymlir_background_bind(
         ctypes.cast(ctypes.CDLL(cpu_threads.loaded_libgomp()).omp_set_num_threads,
@@ -326,29 +327,28 @@ chain(al, wl).cpu()
 settings.async_execution = True
 tasks = len(os.listdir("/proc/self/task"))
 starts = background.lazymlir_background_starts()
+delegated = threads.lazymlir_threads_delegated_forks()
 close = True
 for _ in range(3):
     y = chain(al, wl)
     lazymlir.mark_step()
     close &= torch.allclose(y.cpu(), expected, rtol=1e-4, atol=1e-5)
 lazymlir.wait()
-for _ in range(100):  # the exiting thread frees its pool after the run's end is signalled
-    if len(os.listdir("/proc/self/task")) == tasks:
-        break
-    time.sleep(0.01)
+time.sleep(0.3)  # an exiting thread frees its pool after its run's end is signalled
 print(json.dumps({"new_threads": len(os.listdir("/proc/self/task")) - tasks,
                   "starts": background.lazymlir_background_starts() - starts,
+                  "delegated": threads.lazymlir_threads_delegated_forks() > delegated,
                   "close": close}))
 """
 
 
-def test_the_background_threads_openmp_pool_does_not_outlive_its_run():
+@pytest.mark.parametrize("mode, expected", [
+    ("delegate", {"new_threads": 1, "starts": 1, "delegated": True}),
+    ("own", {"new_threads": 0, "starts": 3, "delegated": False}),
+    ("keep", {"new_threads": 2, "starts": 1, "delegated": False})])
+def test_no_openmp_pool_of_the_background_thread_outlives_its_run(mode, expected):
     if cpu_threads.loaded_libgomp() is None:
         pytest.skip("this PyTorch does not run on GNU OpenMP")
-    done = _child(_POOL, "1")
+    done = _child(_POOL, mode)
     assert done.returncode == 0, done.stderr
-    got = json.loads(done.stdout)
-    assert got == {"new_threads": 0, "starts": 3, "close": True}
-    control = _child(_POOL, "0")
-    assert control.returncode == 0, control.stderr
-    assert json.loads(control.stdout) == {"new_threads": 2, "starts": 1, "close": True}
+    assert json.loads(done.stdout) == {**expected, "close": True}
