@@ -33,16 +33,14 @@ The thread's OpenMP team: compiled loops fork on the calling thread's libgomp te
 thread sets with libgomp's `omp_set_num_threads` (PyTorch's count on the user's
 thread), as torch.set_num_threads would. While nobody waits for the call, its forks
 take one thread fewer, leaving the user's thread a core (cpu_threads.py; on two
-threads, this thread alone); a thread that starts waiting gives them the whole team
-back. A thread that has started a team exits once its submission has finished, and
-the next submission starts another: each thread that starts a team owns a libgomp
-pool until it exits, and once the pools' threads outnumber the cores libgomp cuts
-every team's spinning after a region from ~300000 rounds to ~1000 (its "throttled"
-spin count), so eager PyTorch's workers sleep and are woken at each parallel region.
-While this thread lived on with its pool, an eager MLP step (64x256 -> 512 -> 256,
-SGD, two threads) took 1.8 ms after the first waited background run against 0.97 ms
-before it, with 11 voluntary context switches a step against none
-(benchmarks/results/2026-11-28/alternation-s24.md).
+threads, this thread alone). A thread that waits for the call gets its forks: it runs
+each on its own team while this thread sleeps (`lazymlir_background_delegate`), so
+this thread starts no libgomp team, whose pool would make libgomp throttle every
+team's spinning, eager's included, for as long as this thread lived (an eager MLP step
+1.8 against 0.97 ms: cpu_threads.py). While the process is throttled anyway (a busy
+machine), the forks stay on this thread's own team; a thread that owns a pool exits
+at the end of its run once nothing throttles (or, idle, when throttling ends:
+`lazymlir_background_retire`), and the next submission starts another.
 """
 
 from __future__ import annotations

@@ -41,22 +41,30 @@ Background runs: a graph the background thread runs while the user's thread is a
 forks take one thread fewer than the team (on two threads: the background thread
 alone). Without it, an MLP step's tracing on two cores spent ~1-1.6 ms of its ~2.2 ms
 waiting for a core while the team ran the previous step. Once a thread waits for the
-run (`lazymlir_threads_waiting`), forks take the whole team again: the background
-thread's own, a second libgomp pool, which lives only as long as that thread, and
-the thread exits at the end of a run that started one (`lazymlir_threads_pooled`,
-cpu_background.py): with more pool threads than cores libgomp cuts every team's
-spinning after a region from ~300000 rounds to ~1000, and eager ops then sleep and
-wake at each region (an eager MLP step 1.8 against 0.97 ms while the background
-thread and its pool lived on).
+run (`lazymlir_threads_waiting`), forks take a whole team again: the waiting thread's
+own (the background thread hands each fork over and sleeps while the waiter runs it:
+cpu_background.py's `lazymlir_background_delegate`), unless the process is throttled
+(below), when the background thread's own team runs it. Why not always the latter:
+each thread that starts a team owns a libgomp pool, and once the pools' threads
+outnumber the cores libgomp cuts every team's spinning after a region from ~300000
+rounds to ~1000, so eager ops sleep and wake at each parallel region. The background
+thread's pool did that from the first waited run on, for the life of the process: an
+eager MLP step (two threads) took 1.8 ms after it against 0.97 ms before, with 11
+voluntary context switches a step against none
+(benchmarks/results/2026-11-28/alternation-s24.md). A background thread that owns a
+pool while nothing throttles (`lazymlir_threads_pool_to_free`) exits at its run's end,
+or at once when idle as throttling ends, and libgomp frees its pool.
 
-Throttled spinning under load: that short spin is what a team needs when another
-process holds a core: a team of two spinning on two busy cores waits for a scheduler
-slice at each region (an eager MLP step 70-130 ms against 1 ms, at load 3-4, in a
-process with no lazymlir code). libgomp counts only its own threads, so a late fork
-(above) stands for that state: it starts a thread that holds a pool of one thread more
-than the process may use cores, which makes libgomp throttle every team of the
-process, eager's included, until 2 s pass without a late fork; then the thread exits
-and libgomp frees its pool.
+Throttled spinning under load: that short spin is what a team needs when other
+processes hold the cores: a team of two spinning on two busy cores waits for a
+scheduler slice at each region (an eager MLP step 70-130 ms against 1 ms at load 3-4,
+in a process with no lazymlir code). libgomp counts only its own threads, so a late
+fork (above) stands for that state: it starts a thread that holds a pool of one thread
+more than the process may use cores, so libgomp throttles every team of the process,
+eager's included, until 2 s pass without a late fork; then the thread exits and
+libgomp frees its pool. While throttled, a waited run's forks stay on the background
+thread's team: handing each over cost a wake-up of the waiting thread, on a busy
+machine often a scheduler slice (the GPT step and its wait 59 against 38-50 ms, load 3).
 
 Nested: a graph run from inside an OpenMP region (from one of the team's threads)
 runs its loops on that thread alone, as PyTorch's `at::parallel_for` does there,
