@@ -14,6 +14,18 @@ torch.compile(backend="lazymlir"). Per round: `calls` rounds of one call of each
 contender in turn (`alternating`), then each contender's `calls` calls in a row after
 one untimed call (`solo`). Figures: medians over all timed calls; `alternating/solo` is
 the median over rounds of the ratio of that round's medians (same minutes, same load).
+
+Three control rows for eager, in the same rounds: "eager, with an eager copy" alternates
+the eager step with the same step on a second copy of the model (no lazymlir code
+between its calls: what alternating two working sets of this size costs eager by
+itself); "eager, with sleeps" alternates it with a sleep as long as the other
+contenders took between its calls in that round (what an idle gap costs it: its OpenMP
+workers stop spinning, other processes take the cores and their caches); "eager before
+any lazy step" times the eager step in a row before the process has run anything on
+the lazy device (the first workload only), since a slowdown that lazymlir leaves
+behind for the rest of the process (as a second OpenMP pool did:
+targets/cpu_background.py) slows eager's solo calls as much as its alternated ones, and
+no ratio of the two shows it.
 """
 
 from __future__ import annotations
@@ -30,11 +42,28 @@ from .results_dir import load_averages, report
 from .run import TrainingPair, _train_step, training_workload
 
 
-def measure(key: str, rounds: int, calls: int) -> dict:
+def _timed(fn) -> float:
+    began = time.perf_counter()
+    fn()
+    return time.perf_counter() - began
+
+
+def measure(key: str, rounds: int, calls: int, first: bool = False) -> dict:
     import lazymlir
 
     make_model, make_opt, loss_fn, x, y = training_workload(key)
     pair = TrainingPair(make_model, make_opt, loss_fn, x, y)
+    copy = make_model()
+    copy_opt = make_opt(copy.parameters())
+
+    def eager_copy():
+        _train_step(copy, copy_opt, x, y, loss_fn).item()
+
+    before = []
+    if first:  # eager alone before any lazy step of this process
+        for _ in range(3):
+            pair.eager_step().item()
+        before = [_timed(lambda: pair.eager_step().item()) for _ in range(rounds * calls)]
     model = make_model()
     opt = make_opt(model.parameters())
     compiled = torch.compile(lambda: _train_step(model, opt, x, y, loss_fn),
@@ -47,34 +76,42 @@ def measure(key: str, rounds: int, calls: int) -> dict:
     for _ in range(3):  # warm-up: compiles, caches
         for fn in contenders.values():
             fn()
+        eager_copy()
     fallbacks = sum(lazymlir.metrics.fallback_ops().values())
-    clock = time.perf_counter
-    alternating = {name: [] for name in contenders}
-    solo = {name: [] for name in contenders}
-    per_round = {name: [] for name in contenders}
+    control, sleeps = "eager, with an eager copy (control)", "eager, with sleeps (control)"
+    rows = [*contenders, control, sleeps]
+    alternating = {name: [] for name in rows}
+    solo = {name: [] for name in rows}
+    per_round = {name: [] for name in rows}
     for _ in range(rounds):
-        mixed = {name: [] for name in contenders}
+        mixed = {name: [] for name in rows}
         for _ in range(calls):
             for name, fn in contenders.items():
-                began = clock()
-                fn()
-                mixed[name].append(clock() - began)
+                mixed[name].append(_timed(fn))
+        for _ in range(calls):  # the control: eager and its copy, nothing else
+            mixed[control].append(_timed(contenders["eager"]))
+            eager_copy()
+        gap = sum(statistics.median(mixed[name]) for name in contenders if name != "eager")
+        for _ in range(calls):  # and eager and idle gaps as long as the others' calls
+            mixed[sleeps].append(_timed(contenders["eager"]))
+            time.sleep(gap)
         for name, fn in contenders.items():
             fn()  # the switch from the others is the alternating case's
-            alone = []
-            for _ in range(calls):
-                began = clock()
-                fn()
-                alone.append(clock() - began)
+            alone = [_timed(fn) for _ in range(calls)]
             solo[name] += alone
-            alternating[name] += mixed[name]
-            per_round[name].append(statistics.median(mixed[name]) / statistics.median(alone))
-    return {name: {"solo": 1e3 * statistics.median(solo[name]),
-                   "alternating": 1e3 * statistics.median(alternating[name]),
-                   "ratio": statistics.median(per_round[name]),
-                   "spread": (min(per_round[name]), max(per_round[name]))}
-            for name in contenders} | {
-        "fallbacks": sum(lazymlir.metrics.fallback_ops().values()) - fallbacks}
+            names = (name, control, sleeps) if name == "eager" else (name,)
+            for row in names:
+                alternating[row] += mixed[row]
+                per_round[row].append(statistics.median(mixed[row]) / statistics.median(alone))
+        solo[control] = solo[sleeps] = solo["eager"]
+    result = {name: {"solo": 1e3 * statistics.median(solo[name]),
+                     "alternating": 1e3 * statistics.median(alternating[name]),
+                     "ratio": statistics.median(per_round[name]),
+                     "spread": (min(per_round[name]), max(per_round[name]))}
+              for name in rows}
+    if before:
+        result["eager before any lazy step"] = {"solo": 1e3 * statistics.median(before)}
+    return result | {"fallbacks": sum(lazymlir.metrics.fallback_ops().values()) - fallbacks}
 
 
 def main(argv=None) -> int:
@@ -93,13 +130,16 @@ def main(argv=None) -> int:
              "| --- | --- | ---: | ---: | ---: | --- |"]
     print("\n".join(lines), flush=True)
     fallbacks = 0
-    for key in args.only.split(","):
-        result = measure(key, args.rounds, args.calls)
+    for i, key in enumerate(args.only.split(",")):
+        result = measure(key, args.rounds, args.calls, first=i == 0)
         fallbacks += result.pop("fallbacks")
         for name, r in result.items():
-            lines.append(f"| {key} train step | {name} | {r['solo']:.2f} | "
-                         f"{r['alternating']:.2f} | {r['ratio']:.2f} | "
-                         f"{r['spread'][0]:.2f}-{r['spread'][1]:.2f} |")
+            if "alternating" not in r:
+                lines.append(f"| {key} train step | {name} | {r['solo']:.2f} | | | |")
+            else:
+                lines.append(f"| {key} train step | {name} | {r['solo']:.2f} | "
+                             f"{r['alternating']:.2f} | {r['ratio']:.2f} | "
+                             f"{r['spread'][0]:.2f}-{r['spread'][1]:.2f} |")
             print(lines[-1], flush=True)
     load.append(os.getloadavg())
     settings = lazymlir.config.settings()

@@ -32,8 +32,15 @@ The thread's OpenMP team: compiled loops fork on the calling thread's libgomp te
 (targets/cpu_threads.py); each call carries the thread count to use, which the
 thread sets with libgomp's `omp_set_num_threads` (PyTorch's count on the user's
 thread), as torch.set_num_threads would. While nobody waits for the call, its forks
-take one thread fewer, leaving the user's thread a core (cpu_threads.py); a thread
-that starts waiting gives them the whole team back.
+take one thread fewer, leaving the user's thread a core (cpu_threads.py; on two
+threads, this thread alone). A thread that waits for the call gets its forks: it runs
+each on its own team while this thread sleeps (`lazymlir_background_delegate`), so
+this thread starts no libgomp team, whose pool would make libgomp throttle every
+team's spinning, eager's included, for as long as this thread lived (an eager MLP step
+1.8 against 0.97 ms: cpu_threads.py). While the process is throttled anyway (a busy
+machine), the forks stay on this thread's own team; a thread that owns a pool exits
+at the end of its run once nothing throttles (or, idle, when throttling ends:
+`lazymlir_background_retire`), and the next submission starts another.
 """
 
 from __future__ import annotations
@@ -59,7 +66,7 @@ static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 static void *const *job_fns; /* the chain's entries and their argument arrays */
 static void *const *job_args;
 static int job_count, job_threads;
-static uint64_t submitted, finished, calls, last_ns;
+static uint64_t submitted, finished, calls, last_ns, starts;
 static int started;
 /* The submission's flags, one per out-parameter of its one call (or none), and the
    running call's, on the thread running it. */
@@ -73,6 +80,14 @@ static void (*set_threads)(int);
 /* targets/cpu_threads.py: mark this thread's forks as background ones; count waiters. */
 static void (*mark_background)(int32_t);
 static void (*count_waiting)(int32_t);
+/* targets/cpu_threads.py: whether this thread owns an OpenMP pool that should go. */
+static int32_t (*owns_pool)(void);
+/* A fork of the running call handed to a waiting thread (lazymlir_background_delegate):
+   the region to run, and its state (0 none, 1 posted, 2 taken); threads waiting that
+   run such forks. */
+static void (*posted_fn)(void *);
+static void *posted_arg;
+static int posted, serving;
 
 static uint64_t now_ns(void) {
   struct timespec ts;
@@ -93,13 +108,26 @@ static struct timespec deadline_after(int64_t timeout_ns) {
   return deadline;
 }
 
+/* Set by lazymlir_background_retire: the thread, idle, exits if it owns a pool. */
+static int retiring;
+
 static void *loop(void *unused) {
   int threads = 0;
   (void)unused;
   if (mark_background) mark_background(1);
   pthread_mutex_lock(&mu);
   for (;;) {
-    while (finished == submitted) pthread_cond_wait(&cv, &mu);
+    while (finished == submitted) {
+      if (retiring) {
+        retiring = 0;
+        if (owns_pool && owns_pool()) {
+          started = 0;
+          pthread_mutex_unlock(&mu);
+          return 0;
+        }
+      }
+      pthread_cond_wait(&cv, &mu);
+    }
     void *const *fns = job_fns;
     void *const *args = job_args;
     int count = job_count;
@@ -115,19 +143,74 @@ static void *loop(void *unused) {
     for (int i = 0; i < count; i++) ((entry_t)fns[i])(args[i]);
     uint64_t took = now_ns() - began;
     running_ready = 0;
+    /* A thread that started a team while the machine was busy leaves once it is not:
+       libgomp frees its pool as it exits (the next submission starts a thread). */
+    int leave = owns_pool && owns_pool();
     pthread_mutex_lock(&mu);
     last_ns = took;
     calls += (uint64_t)count;
     finished++;
+    if (leave) started = 0;
     pthread_cond_broadcast(&cv);
+    if (leave) {
+      pthread_mutex_unlock(&mu);
+      return 0;
+    }
   }
-  return 0;
 }
 
-void lazymlir_background_bind(void *omp_set_num_threads, void *background, void *waiting) {
+void lazymlir_background_bind(void *omp_set_num_threads, void *background, void *waiting,
+                              void *pooled) {
   set_threads = (void (*)(int))omp_set_num_threads;
   mark_background = (void (*)(int32_t))background;
   count_waiting = (void (*)(int32_t))waiting;
+  owns_pool = (int32_t (*)(void))pooled;
+}
+
+/* Called by cpu_threads.py when throttling ends: the thread, if idle and owning a pool,
+   exits (a running one checks at its run's end). */
+void lazymlir_background_retire(void) {
+  pthread_mutex_lock(&mu);
+  if (started) {
+    retiring = 1;
+    pthread_cond_broadcast(&cv);
+  }
+  pthread_mutex_unlock(&mu);
+}
+
+/* Called by cpu_threads.py's fork on this library's thread while a thread waits for
+   its call: fn(arg) runs on a waiting thread (on that thread's OpenMP team), this
+   thread sleeping meanwhile. 1 once it has run there; 0 if no thread waits (or one
+   fork is already handed over), fn not run. */
+int lazymlir_background_delegate(void (*fn)(void *), void *arg) {
+  pthread_mutex_lock(&mu);
+  if (!serving || posted) {
+    pthread_mutex_unlock(&mu);
+    return 0;
+  }
+  posted_fn = fn;
+  posted_arg = arg;
+  posted = 1;
+  pthread_cond_broadcast(&cv);
+  while (posted) pthread_cond_wait(&cv, &mu);
+  pthread_mutex_unlock(&mu);
+  return 1;
+}
+
+/* With mu held, on a waiting thread: runs the posted fork if there is one (mu released
+   meanwhile); 1 if it ran one. A waiter runs every fork posted before it stops
+   serving, so the execution thread never waits for a fork nobody takes. */
+static int serve(void) {
+  if (posted != 1) return 0;
+  posted = 2;
+  void (*fn)(void *) = posted_fn;
+  void *arg = posted_arg;
+  pthread_mutex_unlock(&mu);
+  fn(arg);
+  pthread_mutex_lock(&mu);
+  posted = 0;
+  pthread_cond_broadcast(&cv);
+  return 1;
 }
 
 /* Called by a graph's code once its out-parameter k holds its final value. */
@@ -166,6 +249,7 @@ int lazymlir_background_submit(void *const *fns, void *const *args, int count, i
       return error;
     }
     started = 1;
+    starts++;
   }
   job_fns = fns;
   job_args = args;
@@ -185,10 +269,19 @@ int lazymlir_background_wait(int64_t timeout_ns) {
   struct timespec deadline = deadline_after(timeout_ns);
   pthread_mutex_lock(&mu);
   int waited = finished != submitted;
-  /* Someone waits: the call's remaining loops take the whole team again. */
-  if (waited && count_waiting) count_waiting(1);
-  while (finished != submitted)
+  /* Someone waits: the call's remaining loops take the whole team again (this
+     thread's, while the machine is not busy: cpu_threads.py). */
+  if (waited) {
+    if (count_waiting) count_waiting(1);
+    serving++;
+  }
+  while (finished != submitted) {
+    if (serve()) continue;
     if (pthread_cond_timedwait(&cv, &mu, &deadline) == ETIMEDOUT) break;
+  }
+  while (serve()) {
+  }
+  if (waited) serving--;
   int idle = finished == submitted;
   pthread_mutex_unlock(&mu);
   if (waited && count_waiting) count_waiting(-1);
@@ -205,12 +298,17 @@ int lazymlir_background_wait_output(uint64_t seq, volatile const uint8_t *ready,
   __atomic_add_fetch(&output_waiters, 1, __ATOMIC_SEQ_CST);
   /* Someone waits: the call's loops take the whole team until it has its output. */
   if (count_waiting) count_waiting(1);
+  serving++;
   int state = 0;
   for (;;) {
     if (__atomic_load_n(&ready[k], __ATOMIC_SEQ_CST)) { state = 1; break; }
     if (finished >= seq) { state = 2; break; }
+    if (serve()) continue;
     if (pthread_cond_timedwait(&cv, &mu, &deadline) == ETIMEDOUT) break;
   }
+  while (serve()) {
+  }
+  serving--;
   __atomic_sub_fetch(&output_waiters, 1, __ATOMIC_SEQ_CST);
   pthread_mutex_unlock(&mu);
   if (count_waiting) count_waiting(-1);
@@ -233,6 +331,15 @@ uint64_t lazymlir_background_calls(void) {
   return count;
 }
 
+/* Threads started since the process started (one more after each run that started an
+   OpenMP team). */
+uint64_t lazymlir_background_starts(void) {
+  pthread_mutex_lock(&mu);
+  uint64_t count = starts;
+  pthread_mutex_unlock(&mu);
+  return count;
+}
+
 /* How long the last finished submission took, in nanoseconds. */
 uint64_t lazymlir_background_last_ns(void) {
   pthread_mutex_lock(&mu);
@@ -249,6 +356,7 @@ void lazymlir_background_forget(void) {
   submitted = finished = calls = 0;
   output_waiters = 0;
   job_ready = 0;
+  posted = serving = retiring = 0;
 }
 """
 
@@ -279,12 +387,17 @@ def load(library: Path, threads: ctypes.CDLL) -> ctypes.CDLL:
     lib.lazymlir_background_last_ns.restype = ctypes.c_uint64
     lib.lazymlir_background_finished.restype = ctypes.c_uint64
     lib.lazymlir_background_calls.restype = ctypes.c_uint64
+    lib.lazymlir_background_starts.restype = ctypes.c_uint64
     gomp_path = loaded_libgomp()
     if gomp_path is not None:
         gomp = ctypes.CDLL(gomp_path)
         lib.lazymlir_background_bind(
             ctypes.cast(gomp.omp_set_num_threads, ctypes.c_void_p),
             ctypes.cast(threads.lazymlir_threads_background, ctypes.c_void_p),
-            ctypes.cast(threads.lazymlir_threads_waiting, ctypes.c_void_p))
+            ctypes.cast(threads.lazymlir_threads_waiting, ctypes.c_void_p),
+            ctypes.cast(threads.lazymlir_threads_pool_to_free, ctypes.c_void_p))
+        threads.lazymlir_threads_bind_delegate(
+            ctypes.cast(lib.lazymlir_background_delegate, ctypes.c_void_p),
+            ctypes.cast(lib.lazymlir_background_retire, ctypes.c_void_p))
     os.register_at_fork(after_in_child=lib.lazymlir_background_forget)
     return lib

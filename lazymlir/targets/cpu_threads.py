@@ -39,9 +39,32 @@ fork tries the team again. Same iterations, same code: the same results.
 Background runs: a graph the background thread runs while the user's thread is at work
 (tracing the next step: targets/cpu_background.py) leaves that thread a core: its
 forks take one thread fewer than the team (on two threads: the background thread
-alone). Once a thread waits for the run (`lazymlir_threads_waiting`), forks take the
-whole team again. Without it, an MLP step's tracing on two cores spent ~1-1.6 ms of
-its ~2.2 ms waiting for a core while the team ran the previous step.
+alone). Without it, an MLP step's tracing on two cores spent ~1-1.6 ms of its ~2.2 ms
+waiting for a core while the team ran the previous step. Once a thread waits for the
+run (`lazymlir_threads_waiting`), forks take a whole team again: the waiting thread's
+own (the background thread hands each fork over and sleeps while the waiter runs it:
+cpu_background.py's `lazymlir_background_delegate`), unless the process is throttled
+(below), when the background thread's own team runs it. Why not always the latter:
+each thread that starts a team owns a libgomp pool, and once the pools' threads
+outnumber the cores libgomp cuts every team's spinning after a region from ~300000
+rounds to ~1000, so eager ops sleep and wake at each parallel region. The background
+thread's pool did that from the first waited run on, for the life of the process: an
+eager MLP step (two threads) took 1.8 ms after it against 0.97 ms before, with 11
+voluntary context switches a step against none
+(benchmarks/results/2026-11-28/alternation-s24.md). A background thread that owns a
+pool while nothing throttles (`lazymlir_threads_pool_to_free`) exits at its run's end,
+or at once when idle as throttling ends, and libgomp frees its pool.
+
+Throttled spinning under load: that short spin is what a team needs when other
+processes hold the cores: a team of two spinning on two busy cores waits for a
+scheduler slice at each region (an eager MLP step 70-130 ms against 1 ms at load 3-4,
+in a process with no lazymlir code). libgomp counts only its own threads, so a late
+fork (above) stands for that state: it starts a thread that holds a pool of one thread
+more than the process may use cores, so libgomp throttles every team of the process,
+eager's included, until 2 s pass without a late fork; then the thread exits and
+libgomp frees its pool. While throttled, a waited run's forks stay on the background
+thread's team: handing each over cost a wake-up of the waiting thread, on a busy
+machine often a scheduler slice (the GPT step and its wait 59 against 38-50 ms, load 3).
 
 Nested: a graph run from inside an OpenMP region (from one of the team's threads)
 runs its loops on that thread alone, as PyTorch's `at::parallel_for` does there,
@@ -59,6 +82,9 @@ from pathlib import Path
 from ..support import toolchain
 
 SOURCE = r"""
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <time.h>
@@ -72,11 +98,21 @@ static int (*thread_num)(void);
 static int (*num_threads)(void);
 static int (*in_parallel)(void);
 static int (*max_threads)(void);
-static uint64_t forks, inline_forks, late_forks, alone_forks, shrunk_forks;
+static uint64_t forks, inline_forks, late_forks, alone_forks, shrunk_forks, delegated_forks;
 /* Background runs: threads blocked until a run ends, the execution thread's mark, and
    whether forks on it leave a core to the user's thread (benchmarks switch it off). */
 static int32_t waiting, shrink_background = 1;
 static __thread int32_t background;
+/* Whether this thread has started a libgomp team (so owns a pool) since it began. */
+static __thread int32_t pooled;
+/* Forks of the execution thread handed to a thread that waits for its run, to run on
+   that thread's team (cpu_background.py's lazymlir_background_delegate: 1 once run
+   there, 0 if no thread waits), and whether to (tests and benchmarks switch it off). */
+static int (*delegate)(void (*)(void *), void *);
+static int32_t delegate_forks = 1;
+/* cpu_background.py's lazymlir_background_retire: the end of throttling tells an idle
+   execution thread that owns a pool to exit. */
+static void (*retire)(void);
 /* Depth of regions this thread runs alone (nested, or while the team is late). */
 static __thread int alone;
 
@@ -92,6 +128,23 @@ static __thread int alone;
 static uint64_t LATE_FLOOR_NS = 200000, BACKOFF_MIN_NS = 10000000, BACKOFF_MAX_NS = 1000000000;
 static uint64_t alone_until_ns, backoff_ns = 10000000;
 
+/* Throttled spinning while the machine is busier than its cores. libgomp spins each
+   idle team thread ~300000 rounds after a region (waits of a few ms) unless its pools
+   hold more threads than the process may use cores: then ~1000 rounds, and an idle
+   thread sleeps at once. It counts only its own threads: with another process at work
+   on a core, a team of two spinning on two cores waits for scheduler slices at every
+   region (an eager MLP step took 70-130 ms against 1 ms, with no lazymlir code in the
+   process). A late fork shows that state: it starts (or keeps) a thread that holds a
+   libgomp pool of one more thread than there are cores, which switches every team of
+   the process to the short spin, until THROTTLE_NS pass without a late fork; then the
+   thread exits and libgomp frees its pool (every team spins as before). */
+static uint64_t THROTTLE_NS = 2000000000;
+static int32_t throttle_on = 1;
+static int throttling;
+static uint64_t throttle_until_ns, throttles;
+static pthread_mutex_t throttle_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t throttle_cv = PTHREAD_COND_INITIALIZER;
+
 /* Other limits (the tests use longer ones than a loaded machine's hiccups). */
 void lazymlir_threads_tune(uint64_t late_floor_ns, uint64_t backoff_min_ns,
                            uint64_t backoff_max_ns) {
@@ -106,6 +159,23 @@ static uint64_t now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+void lazymlir_threads_throttle(int32_t on, uint64_t throttle_ns) {
+  throttle_on = on;
+  THROTTLE_NS = throttle_ns;
+}
+/* Throttle threads started, and whether one holds its pool now. */
+uint64_t lazymlir_threads_throttles(void) {
+  return __atomic_load_n(&throttles, __ATOMIC_RELAXED);
+}
+int32_t lazymlir_threads_throttling(void) {
+  return __atomic_load_n(&throttling, __ATOMIC_RELAXED);
+}
+/* 1 if this thread owns a libgomp pool that should go (nothing throttles now): the
+   execution thread exits at its run's end then (cpu_background.py). */
+int32_t lazymlir_threads_pool_to_free(void) {
+  return pooled && !lazymlir_threads_throttling();
+}
+
 void lazymlir_threads_background(int32_t on) { background = on; }
 void lazymlir_threads_waiting(int32_t delta) {
   __atomic_add_fetch(&waiting, delta, __ATOMIC_RELAXED);
@@ -113,6 +183,14 @@ void lazymlir_threads_waiting(int32_t delta) {
 void lazymlir_threads_shrink_background(int32_t on) { shrink_background = on; }
 uint64_t lazymlir_threads_shrunk_forks(void) {
   return __atomic_load_n(&shrunk_forks, __ATOMIC_RELAXED);
+}
+void lazymlir_threads_bind_delegate(void *fn, void *retire_fn) {
+  delegate = (int (*)(void (*)(void *), void *))fn;
+  retire = (void (*)(void))retire_fn;
+}
+void lazymlir_threads_delegate_forks(int32_t on) { delegate_forks = on; }
+uint64_t lazymlir_threads_delegated_forks(void) {
+  return __atomic_load_n(&delegated_forks, __ATOMIC_RELAXED);
 }
 
 /* Binds the OpenMP runtime PyTorch uses (all six, or none: a team of one). */
@@ -181,6 +259,90 @@ static void run_alone(Fork *f) {
   alone--;
 }
 
+static void idle_region(void *data) { (void)data; }
+
+/* The throttle thread: a team of cores + 1 threads (its pool stays while it lives),
+   then it sleeps until THROTTLE_NS have passed since the last late fork. */
+static void *throttle_main(void *unused) {
+  (void)unused;
+  cpu_set_t cpus;
+  int n = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  gomp_parallel(idle_region, 0, (unsigned)n + 1, 0);
+  pthread_mutex_lock(&throttle_mu);
+  for (;;) {
+    uint64_t now = now_ns();
+    if (now >= throttle_until_ns) break;
+    uint64_t left = throttle_until_ns - now;
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += (time_t)(left / 1000000000u);
+    deadline.tv_nsec += (long)(left % 1000000000u);
+    if (deadline.tv_nsec >= 1000000000) {
+      deadline.tv_sec++;
+      deadline.tv_nsec -= 1000000000;
+    }
+    pthread_cond_timedwait(&throttle_cv, &throttle_mu, &deadline);
+  }
+  __atomic_store_n(&throttling, 0, __ATOMIC_RELAXED);
+  pthread_mutex_unlock(&throttle_mu);
+  if (retire) retire();
+  return 0;  /* libgomp frees this thread's pool as it exits */
+}
+
+/* A late fork: throttle spinning until THROTTLE_NS from `now`. */
+static void throttle_from(uint64_t now) {
+  if (!throttle_on || !gomp_parallel) return;
+  pthread_mutex_lock(&throttle_mu);
+  throttle_until_ns = now + THROTTLE_NS;
+  if (!throttling) {
+    pthread_t thread;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&thread, &attr, throttle_main, 0) == 0) {
+      __atomic_store_n(&throttling, 1, __ATOMIC_RELAXED);
+      throttles++;
+    }
+    pthread_attr_destroy(&attr);
+  }
+  pthread_mutex_unlock(&throttle_mu);
+}
+
+/* Runs f on the calling thread's team (size 0: its default size), and starts a late
+   window if the team was late (began: when the fork was called). */
+static void run_team(Fork *f, unsigned size, uint64_t began) {
+  Fork *outer = leading;
+  leading = f;
+  pooled = 1;
+  gomp_parallel(run_region, f, size, 0);
+  leading = outer;
+  uint64_t ended = now_ns();
+  uint64_t share = f->master_done_ns ? f->master_done_ns - began : ended - began;
+  uint64_t waited = f->master_done_ns ? ended - f->master_done_ns : 0;
+  if (waited > LATE_FLOOR_NS && waited > share) {
+    uint64_t window = __atomic_load_n(&backoff_ns, __ATOMIC_RELAXED);
+    __atomic_store_n(&alone_until_ns, ended + window, __ATOMIC_RELAXED);
+    __atomic_store_n(&backoff_ns, window * 2 < BACKOFF_MAX_NS ? window * 2 : BACKOFF_MAX_NS,
+                     __ATOMIC_RELAXED);
+    __atomic_add_fetch(&late_forks, 1, __ATOMIC_RELAXED);
+    throttle_from(ended);
+  } else {
+    __atomic_store_n(&backoff_ns, BACKOFF_MIN_NS, __ATOMIC_RELAXED);
+  }
+}
+
+/* A fork of the execution thread, run by a thread that waits for its run: on that
+   thread's team (alone if that thread is itself in a parallel region). */
+static void delegated_fork(void *data) {
+  Fork *f = (Fork *)data;
+  if (alone || (in_parallel && in_parallel())) {
+    __atomic_add_fetch(&inline_forks, 1, __ATOMIC_RELAXED);
+    run_alone(f);
+  } else {
+    run_team(f, 0, now_ns());
+  }
+}
+
 /* LLVM's OpenMPIRBuilder passes the region's captures as one struct pointer
    (argc 1); more than MAX_ARGS is refused when the graph is linked
    (lowering/cpu/codegen.py), so argc never exceeds it here. */
@@ -210,9 +372,19 @@ void __kmpc_fork_call(ident_t *loc, int32_t argc, microtask_t fn, ...) {
       return;
     }
     unsigned size = 0;  /* the team's default size */
-    if (background && shrink_background && !__atomic_load_n(&waiting, __ATOMIC_RELAXED)) {
+    if (background) {
+      /* A thread waits for this run: on a machine that is not busy, its team (idle
+         meanwhile, the one eager ops use) runs the loop, so this thread starts no pool
+         of its own (see "Background runs" above); on a busy one (throttled), this
+         thread's own team, and no wake-up of the waiting thread per fork. */
+      int waited = __atomic_load_n(&waiting, __ATOMIC_RELAXED) > 0;
+      int handing = waited && delegate_forks && delegate && !lazymlir_threads_throttling();
+      if (handing && delegate(delegated_fork, &f)) {
+        __atomic_add_fetch(&delegated_forks, 1, __ATOMIC_RELAXED);
+        return;
+      }
       int n = max_threads();
-      if (n > 1) {
+      if (n > 1 && shrink_background && (!waited || handing)) {
         __atomic_add_fetch(&shrunk_forks, 1, __ATOMIC_RELAXED);
         if (n == 2) {
           run_alone(&f);
@@ -221,22 +393,7 @@ void __kmpc_fork_call(ident_t *loc, int32_t argc, microtask_t fn, ...) {
         size = (unsigned)(n - 1);
       }
     }
-    Fork *outer = leading;
-    leading = &f;
-    gomp_parallel(run_region, &f, size, 0);
-    leading = outer;
-    uint64_t ended = now_ns();
-    uint64_t share = f.master_done_ns ? f.master_done_ns - began : ended - began;
-    uint64_t waited = f.master_done_ns ? ended - f.master_done_ns : 0;
-    if (waited > LATE_FLOOR_NS && waited > share) {
-      uint64_t window = __atomic_load_n(&backoff_ns, __ATOMIC_RELAXED);
-      __atomic_store_n(&alone_until_ns, ended + window, __ATOMIC_RELAXED);
-      __atomic_store_n(&backoff_ns, window * 2 < BACKOFF_MAX_NS ? window * 2 : BACKOFF_MAX_NS,
-                       __ATOMIC_RELAXED);
-      __atomic_add_fetch(&late_forks, 1, __ATOMIC_RELAXED);
-    } else {
-      __atomic_store_n(&backoff_ns, BACKOFF_MIN_NS, __ATOMIC_RELAXED);
-    }
+    run_team(&f, size, began);
   }
 }
 
@@ -289,7 +446,7 @@ LIBRARY_STEM = "liblazymlir_cpu_threads"
 
 def build(directory: str | os.PathLike) -> Path:
     """directory/<stem>-<hash>.so, compiled if it is not there yet."""
-    return toolchain.build_c_library(SOURCE, LIBRARY_STEM, directory)
+    return toolchain.build_c_library(SOURCE, LIBRARY_STEM, directory, flags=("-pthread",))
 
 
 def loaded_libgomp() -> str | None:
@@ -314,6 +471,9 @@ def load(library: Path) -> tuple[ctypes.CDLL, str | None]:
     lib.lazymlir_threads_late_forks.restype = ctypes.c_uint64
     lib.lazymlir_threads_alone_forks.restype = ctypes.c_uint64
     lib.lazymlir_threads_shrunk_forks.restype = ctypes.c_uint64
+    lib.lazymlir_threads_throttles.restype = ctypes.c_uint64
+    lib.lazymlir_threads_delegated_forks.restype = ctypes.c_uint64
+    lib.lazymlir_threads_throttle.argtypes = [ctypes.c_int32, ctypes.c_uint64]
     gomp_path = loaded_libgomp()
     if gomp_path is not None:
         gomp = ctypes.CDLL(gomp_path)  # the handle of the copy already loaded

@@ -122,6 +122,7 @@ lib = ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)
 lib.lazymlir_threads_bind(*[ctypes.cast(getattr(gomp, name), ctypes.c_void_p) for name in (
     "GOMP_parallel", "GOMP_barrier", "omp_get_thread_num", "omp_get_num_threads",
     "omp_in_parallel")])
+lib.lazymlir_threads_throttle(0, ctypes.c_uint64(0))  # a late fork starts no thread here
 lib.lazymlir_threads_inline_forks.restype = ctypes.c_uint64
 """ + _KMPC_ENTRIES + """lock, seen = threading.Lock(), []
 def task(gtid, btid):
@@ -165,15 +166,21 @@ def test_a_fork_inside_an_openmp_region_runs_on_the_calling_thread_alone():
 # other thread first (on time), or `delay` seconds after the caller's share (a thread
 # that waited for a core): the forks after a late
 # one run alone (the stand-in is not called) and still cover every iteration; once the
-# window is over, one fork tries the team again, and a team on time keeps it.
+# window is over, one fork tries the team again, and a team on time keeps it. The late
+# fork also starts the throttle thread, whose one team has a thread more than this
+# process may use cores, and which ends 300 ms after the late fork.
 _LATE = """
-import ctypes, json, sys, time
+import ctypes, json, os, sys, threading, time
 lib = ctypes.CDLL(sys.argv[1])
 state = {"tid": 0, "n": 2, "delay": 0.0, "teams": 0}
+throttle_teams = []
 TID = ctypes.CFUNCTYPE(ctypes.c_int)(lambda: state["tid"])
 NUM = ctypes.CFUNCTYPE(ctypes.c_int)(lambda: state["n"])
 REGION = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 def parallel(fn, data, n, flags):
+    if threading.current_thread() is not threading.main_thread():
+        throttle_teams.append(n)  # the throttle thread's team
+        return
     state["teams"] += 1
     region = REGION(fn)
     # on time: the other thread is done when the caller reaches the end
@@ -192,7 +199,8 @@ lib.lazymlir_threads_bind(ctypes.cast(PARALLEL, ctypes.c_void_p), None,
 # late after 50 ms of waiting, alone for 300 ms then: far beyond a busy machine's hiccups
 lib.lazymlir_threads_tune(ctypes.c_uint64(50_000_000), ctypes.c_uint64(300_000_000),
                           ctypes.c_uint64(10**9))
-for name in ("forks", "late_forks", "alone_forks"):
+lib.lazymlir_threads_throttle(1, ctypes.c_uint64(300_000_000))
+for name in ("forks", "late_forks", "alone_forks", "throttles"):
     getattr(lib, "lazymlir_threads_" + name).restype = ctypes.c_uint64
 """ + _KMPC_ENTRIES + """done = []
 def task(gtid, btid):
@@ -209,23 +217,28 @@ def step(delay):
     done.clear()
     fork(None, 0, task_c)
     out.append([state["teams"] - teams, sorted(done) == list(range(10)),
-                lib.lazymlir_threads_late_forks(), lib.lazymlir_threads_alone_forks()])
+                lib.lazymlir_threads_late_forks(), lib.lazymlir_threads_alone_forks(),
+                lib.lazymlir_threads_throttles(), lib.lazymlir_threads_throttling()])
 step(0.0)      # on time: the team
 step(0.1)      # late: the team, then...
 step(0.0)      # ...alone, within the window
 time.sleep(0.35)
 step(0.0)      # the window is over: the team again, on time
 step(0.0)      # and it stays
-print(json.dumps(out))
+print(json.dumps({"steps": out, "throttle_teams": throttle_teams,
+                  "cores": len(os.sched_getaffinity(0))}))
 """
 
 
 def test_forks_after_a_late_team_run_alone_until_the_window_ends():
     done = _child(_LATE, str(session.runtime_library(cpu_threads.build)))
     assert done.returncode == 0, done.stderr
-    # [teams started, every iteration ran once, late forks, forks run alone]
-    assert json.loads(done.stdout) == [[1, True, 0, 0], [1, True, 1, 0], [0, True, 1, 1],
-                                       [1, True, 1, 1], [1, True, 1, 1]]
+    got = json.loads(done.stdout)
+    # [teams started, every iteration ran once, late forks, forks run alone,
+    #  throttle threads started, throttling now]
+    assert got["steps"] == [[1, True, 0, 0, 0, 0], [1, True, 1, 0, 1, 1],
+                            [0, True, 1, 1, 1, 1], [1, True, 1, 1, 1, 0], [1, True, 1, 1, 1, 0]]
+    assert got["throttle_teams"] == [got["cores"] + 1]
 
 
 def test_graph_with_parallel_loop_forks_onto_torch_threads_and_matches_eager():
@@ -272,3 +285,70 @@ def test_transposes_match_eager(shape):
     assert_no_fallback()
     torch.testing.assert_close(transposed, w.transpose(-1, -2).contiguous(), rtol=0, atol=0)
     torch.testing.assert_close(got, x @ w.transpose(-1, -2), rtol=1e-4, atol=1e-4)
+
+
+# Background runs read while they run (no fork late, nothing throttled): their parallel
+# loops go to the reading thread's team ("delegate"), so the execution thread starts no
+# libgomp pool: one new thread. Without delegation ("own") the execution thread forks on
+# its own team, a pool, and exits at each run's end, its pool freed: no new thread, one
+# start per run. The control ("keep": the thread never told that its pool should go)
+# keeps the thread and its pool's worker: two.
+_POOL = """
+import ctypes, json, os, sys, time
+os.environ.update(LAZYMLIR_TARGET="cpu", LAZYMLIR_ASYNC="1", LAZYMLIR_FALLBACK="error")
+import torch
+import lazymlir
+from lazymlir.targets import cpu, cpu_threads
+torch.set_num_threads(2)
+torch.manual_seed(0)
+a, w = torch.randn(128, 512), torch.randn(512, 512) / 24
+def chain(x, w):
+    for _ in range(24):  # ~3 GFLOP: the read waits for most of the run
+        x = torch.tanh(x @ w)
+    return x
+expected = chain(a, w)  # eager: the user's thread's pool exists from here on
+threads, background = cpu.threads_library(), cpu.background_library()
+threads.lazymlir_threads_throttle(0, 0)  # no throttle thread (a late fork on a busy machine)
+threads.lazymlir_threads_tune(10**15, 10**7, 10**9)  # no fork is late: every one on a team
+mode = sys.argv[1]
+threads.lazymlir_threads_delegate_forks(int(mode == "delegate"))
+if mode == "keep":  # bound as the library binds it, but its pool never "should go"
+    NEVER = ctypes.CFUNCTYPE(ctypes.c_int32)(lambda: 0)
+    background.lazymlir_background_bind(
+        ctypes.cast(ctypes.CDLL(cpu_threads.loaded_libgomp()).omp_set_num_threads,
+                    ctypes.c_void_p),
+        ctypes.cast(threads.lazymlir_threads_background, ctypes.c_void_p),
+        ctypes.cast(threads.lazymlir_threads_waiting, ctypes.c_void_p),
+        ctypes.cast(NEVER, ctypes.c_void_p))
+al, wl = a.to("lazy_mlir"), w.to("lazy_mlir")
+settings = lazymlir.config.settings()
+settings.async_execution = False  # compile and first run on this thread
+chain(al, wl).cpu()
+settings.async_execution = True
+tasks = len(os.listdir("/proc/self/task"))
+starts = background.lazymlir_background_starts()
+delegated = threads.lazymlir_threads_delegated_forks()
+close = True
+for _ in range(3):
+    y = chain(al, wl)
+    lazymlir.mark_step()
+    close &= torch.allclose(y.cpu(), expected, rtol=1e-4, atol=1e-5)
+lazymlir.wait()
+time.sleep(0.3)  # an exiting thread frees its pool after its run's end is signalled
+print(json.dumps({"new_threads": len(os.listdir("/proc/self/task")) - tasks,
+                  "starts": background.lazymlir_background_starts() - starts,
+                  "delegated": threads.lazymlir_threads_delegated_forks() > delegated,
+                  "close": close}))
+"""
+
+
+@pytest.mark.parametrize("mode, expected", [
+    ("delegate", {"new_threads": 1, "starts": 1, "delegated": True}),
+    ("own", {"new_threads": 0, "starts": 3, "delegated": False}),
+    ("keep", {"new_threads": 2, "starts": 1, "delegated": False})])
+def test_no_openmp_pool_of_the_background_thread_outlives_its_run(mode, expected):
+    if cpu_threads.loaded_libgomp() is None:
+        pytest.skip("this PyTorch does not run on GNU OpenMP")
+    done = _child(_POOL, mode)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {**expected, "close": True}
