@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import torch
 import torch.distributed._functional_collectives  # noqa: F401  registers _wrap_tensor_autograd
+from torch.utils._pytree import tree_map_only
 
 from .. import session
 from ..support.errors import UnsupportedOperationError
@@ -74,14 +75,6 @@ def _tensors(value):
     elif isinstance(value, (list, tuple)):
         for item in value:
             yield from _tensors(item)
-
-
-def _map(fn, value):
-    if isinstance(value, torch.Tensor):
-        return fn(value)
-    if isinstance(value, (list, tuple)):
-        return type(value)(_map(fn, item) for item in value)
-    return value
 
 
 def _inner(tensor: torch.Tensor) -> LazyTensor:
@@ -170,7 +163,7 @@ def _kernel(op, written: tuple[int, ...]):
                     f"{name} on a functionalized {tensor.device.type} tensor")
         host = to_host(tensors)
         session.current().metrics.inc("Collective")
-        host_args = [_map(lambda t: host.get(id(t), t), a) for a in args]
+        host_args = [tree_map_only(torch.Tensor, lambda t: host.get(id(t), t), a) for a in args]
         result = run_on_host(op, *host_args)
         _wait(result)
         with torch.no_grad():
@@ -212,10 +205,11 @@ def _functional_route(op):
 
     def run(*args, **kwargs):
         session.current().metrics.inc("Collective")
-        host_args = [_map(lazy_to_host, a) for a in args]
-        host_kwargs = {k: _map(lazy_to_host, v) for k, v in kwargs.items()}
+        host_args = [tree_map_only(torch.Tensor, lazy_to_host, a) for a in args]
+        host_kwargs = {k: tree_map_only(torch.Tensor, lazy_to_host, v) for k, v in kwargs.items()}
         result = run_on_host(op, *host_args, **host_kwargs)
-        return _map(lambda t: constant(torch.ops._c10d_functional.wait_tensor(t)), result)
+        return tree_map_only(
+            torch.Tensor, lambda t: constant(torch.ops._c10d_functional.wait_tensor(t)), result)
     return run
 
 

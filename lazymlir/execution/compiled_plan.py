@@ -68,10 +68,14 @@ class Compiled:
 
     def _checked(self, target, outputs: list, inputs: list, scalars: list[float],
                  originals: dict) -> list:
-        """`outputs`, or eager's if the check flag (the last output, with `flags`) is set."""
-        if self.flags and self._flag_set(target, outputs.pop()):
+        """`outputs`, or eager's if the check flag (the last output, with `flags`) is set.
+        `outputs` is left as it is: it may be a running call's own list, which another
+        thread may still read early (targets/cpu.py `BackgroundCall.early_output`)."""
+        if not self.flags:
+            return outputs
+        if self._flag_set(target, outputs[-1]):
             return self._eagerly(target, inputs, scalars, originals)
-        return outputs
+        return outputs[:-1]
 
     def starts_natively(self) -> bool:
         """Whether `start` may run this plan on the target's native thread."""

@@ -335,15 +335,13 @@ class PreparedCall:
 
     def outputs(self) -> list:
         """Its outputs as `run` returns them (not computed until it has run; with the
-        check flag of an instrumented graph last): a list of its own, since callers take
-        the flag off theirs while another thread may still read `buffers` early
-        (`BackgroundCall.early_output`: a second thread's wait finished the run)."""
-        return self.executable._outputs(self.dense, list(self.buffers))
+        check flag of an instrumented graph last)."""
+        return self.executable._outputs(self.dense, self.buffers)
 
     def finish(self) -> list:
         """Once it has run: `outputs()`, or CompiledCheckFailed if a check in its code
         failed (read once: the code's flag is cleared)."""
-        return self.executable._finish(self.dense, list(self.buffers))
+        return self.executable._finish(self.dense, self.buffers)
 
 
 def start_calls(calls: list[PreparedCall], ready: int = 0) -> BackgroundCalls:

@@ -45,10 +45,7 @@ from mlir import ir
 from mlir.dialects import arith
 
 from . import small_math
-from ..half_conversions import element_of as _element
-from ..half_conversions import split_double_to_half
-from ..half_conversions import truncations as _truncations
-from ..half_conversions import with_element as _with_element
+from ..half_conversions import element_of, split_double_to_half, truncations, with_element
 from ..mlir_runner import UPSTREAM, run_pipeline, walk
 
 # bfloat16 arithmetic -> float32 ops between `extf` and `truncf` (which
@@ -75,7 +72,7 @@ NAN_BITS = 0xFFFF
 
 def _constant(t: ir.Type, value: int, ip: ir.InsertionPoint, loc: ir.Location) -> ir.Value:
     """An integer constant of type `t` (a vector type: a splat)."""
-    element = _element(t)
+    element = element_of(t)
     attr = ir.IntegerAttr.get(element, value)
     if isinstance(t, ir.ShapedType):
         attr = ir.DenseElementsAttr.get_splat(t, attr)
@@ -88,8 +85,8 @@ def _round(op: ir.Operation) -> ir.Value:
     source = op.operands[0]
     loc, ip = op.location, ir.InsertionPoint(op)
     with loc:  # (vector types are built at a location)
-        i32 = _with_element(source.type, ir.IntegerType.get_signless(32))
-        i16 = _with_element(source.type, ir.IntegerType.get_signless(16))
+        i32 = with_element(source.type, ir.IntegerType.get_signless(32))
+        i16 = with_element(source.type, ir.IntegerType.get_signless(16))
     bits = arith.BitcastOp(i32, source, loc=loc, ip=ip).result
     sixteen = _constant(i32, 16, ip, loc)
     kept_low_bit = arith.AndIOp(arith.ShRUIOp(bits, sixteen, loc=loc, ip=ip).result,
@@ -112,9 +109,9 @@ def _widen(op: ir.Operation) -> ir.Value:
     source = op.operands[0]
     loc, ip = op.location, ir.InsertionPoint(op)
     with loc:
-        i32 = _with_element(source.type, ir.IntegerType.get_signless(32))
-        i16 = _with_element(source.type, ir.IntegerType.get_signless(16))
-        f32 = _with_element(source.type, ir.F32Type.get())
+        i32 = with_element(source.type, ir.IntegerType.get_signless(32))
+        i16 = with_element(source.type, ir.IntegerType.get_signless(16))
+        f32 = with_element(source.type, ir.F32Type.get())
     half = arith.BitcastOp(i16, source, loc=loc, ip=ip).result
     wide = arith.ExtUIOp(i32, half, loc=loc, ip=ip).result
     bits = arith.ShLIOp(wide, _constant(i32, 16, ip, loc), loc=loc, ip=ip).result
@@ -128,7 +125,7 @@ def round_in_integers(module: ir.Module) -> None:
     """Rewrite every `arith.truncf` from f32 to bf16 in `module` (in place) into
     eager's integer rounding. A truncf with an explicit rounding mode (torch-mlir
     emits none) is left to LLVM."""
-    for op in _truncations(module, ir.F32Type):
+    for op in truncations(module, ir.F32Type):
         if "roundingmode" in op.attributes:
             continue
         op.results[0].replace_all_uses_with(_round(op))
@@ -139,8 +136,8 @@ def widen_in_integers(module: ir.Module) -> None:
     """Rewrite every `arith.extf` from bf16 to f32 or f64 in `module` (in place) into
     a 16-bit shift (and f32 -> f64)."""
     for op in walk(module.operation):
-        if op.name == "arith.extf" and isinstance(_element(op.operands[0].type), ir.BF16Type) \
-                and isinstance(_element(op.results[0].type), (ir.F32Type, ir.F64Type)):
+        if op.name == "arith.extf" and isinstance(element_of(op.operands[0].type), ir.BF16Type) \
+                and isinstance(element_of(op.results[0].type), (ir.F32Type, ir.F64Type)):
             op.results[0].replace_all_uses_with(_widen(op))
             op.erase()
 

@@ -26,12 +26,11 @@ from __future__ import annotations
 import logging
 
 from . import transposed_operands
+from .schedule_contraction import CONTRACTIONS
 from ..mlir_runner import walk
 
 log = logging.getLogger("lazymlir.lowering.cpu")
 
-# The contractions schedule.py tiles and vectorizes.
-CONTRACTIONS = ("linalg.matmul", "linalg.batch_matmul")
 
 FUSE = "builtin.module(func.func(linalg-fuse-elementwise-ops))"
 

@@ -56,6 +56,10 @@ DEFAULT_MAPS = {
 # outer-product lowering broadcasts from anyway: no shuffles, the plain kernel's
 # instructions. (B read transposed has no strategy: its tile must be transposed in
 # registers per step of K; transposed_operands.py swaps such matmuls instead.)
+# The contractions this schedule tiles and vectorizes (contractions.py keeps them named
+# ops through elementwise fusion; transposed_operands.py rewrites their operands).
+CONTRACTIONS = tuple(DEFAULT_MAPS)
+
 TRANSPOSED_A = {
     "linalg.matmul": "affine_map<(d0, d1, d2) -> (d2, d0)>",
     "linalg.batch_matmul": "affine_map<(d0, d1, d2, d3) -> (d0, d3, d1)>",

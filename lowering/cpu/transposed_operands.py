@@ -35,7 +35,6 @@ from .schedule_plan import is_f32, static_shape
 
 # The transposes of the two innermost dims torch-mlir writes for `.t()` / `.mT`.
 _SWAPS = {2: [1, 0], 3: [0, 2, 1]}
-_CONTRACTIONS = ("linalg.matmul", "linalg.batch_matmul")
 
 
 def _swapped_source(value):
@@ -154,7 +153,7 @@ def fold_transposes(module) -> int:
     contractions changed."""
     ops = walk(module.operation)
     transposes = [op for op in ops if op.name == "linalg.transpose"]
-    contractions = [op for op in ops if op.name in _CONTRACTIONS]
+    contractions = [op for op in ops if op.name in schedule_contraction.CONTRACTIONS]
     # A^T first: a weight gradient's `x.t() @ grad` no longer uses its transpose of x,
     # and the forward's swapped matmul makes the one transpose of x it needs.
     changed = sum(fold_transposed_a(op) for op in contractions)

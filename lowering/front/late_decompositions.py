@@ -36,6 +36,7 @@ import operator
 
 import torch
 import torch.fx
+from torch.utils._pytree import tree_map_only
 
 from . import decompositions
 from .fx_rewrite import Builder, fake_mode, replace
@@ -178,11 +179,7 @@ def _tensors(values, index=None) -> list:
 
 def _fed(value, feed):
     """`value` with each tensor, in lists too, replaced by the next of `feed`."""
-    if isinstance(value, torch.Tensor):
-        return next(feed)
-    if isinstance(value, (list, tuple)):
-        return type(value)(_fed(v, feed) for v in value)
-    return value
+    return tree_map_only(torch.Tensor, lambda _: next(feed), value)
 
 
 def tracer_table() -> dict:

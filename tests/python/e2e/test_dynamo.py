@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 import torch
-from conftest import assert_no_fallback
+from conftest import assert_no_fallback, target_name
 from model_zoo import CASES, run_case
 from torch import nn
 
@@ -216,7 +216,7 @@ def test_a_compiled_optimizer_step_updates_parameters_and_state_in_place(make_op
     for a, b in zip(opts[0].state.values(), opts[1].state.values()):
         for name in a:
             torch.testing.assert_close(b[name], a[name], rtol=1e-5, atol=1e-6)
-    if lazymlir.targets.active().name == "cpu":
+    if target_name() == "cpu":
         # (the cuda target's plans write every result to an output buffer, which the
         # caller copies into its input: lowering/bufferize/graph_inputs.protect_inputs)
         updated = {i for e in _in_place_executables() for i, _ in e.in_place}
@@ -326,7 +326,7 @@ def test_changing_batch_sizes_compile_once_per_shape_unless_dynamic(dynamic):
     then compiles one static specialization per shape (forward and backward). With
     dynamic=True the graphs with symbolic sizes compile once for every batch size
     (lazymlir/dynamo_dynamic.py)."""
-    if dynamic and lazymlir.targets.active().name != "cpu":
+    if dynamic and target_name() != "cpu":
         pytest.skip("symbolic sizes are the cpu target's; others compile per shape "
                     "(dynamo_dynamic.py), as the automatic case checks")
     eager, compiled = _mlp(), _mlp()
